@@ -1,0 +1,116 @@
+"""The command line, generated from `PPOConfig`: every field is `--name VALUE` (dashes or
+underscores), `--help` lists them with their defaults, and a bad value is one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import typing
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from configs.ppo import ConfigError, PPOConfig, config_fields, validate
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is a single `error:` line (no usage dump) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(message)
+
+
+def fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def _converter(annotation: Any) -> tuple[Any, str]:
+    """(function parsing one command-line string, what it accepts) for a field's type."""
+    args = typing.get_args(annotation)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), annotation) if args else annotation
+    if base is bool:
+        parse, accepted = _parse_bool, "true or false"
+    elif base is int:
+        parse, accepted = int, "an integer"
+    elif base is float:
+        def parse(text: str) -> float:
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+            return value
+        accepted = "a finite number"
+    else:
+        parse, accepted = str, "a string"
+
+    def convert(text: str) -> Any:
+        if optional and text.strip().lower() in ("none", "null"):
+            return None
+        return parse(text)
+
+    return convert, accepted + (" or none" if optional else "")
+
+
+def build_parser(prog: str, description: str) -> OneLineParser:
+    parser = OneLineParser(prog=prog, description=description, allow_abbrev=False,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    group = parser.add_argument_group("hyperparameters and run options (from configs/ppo.py)")
+    for f in config_fields():
+        dashed, underscored = "--" + f.name.replace("_", "-"), "--" + f.name
+        flags = [dashed] if dashed == underscored else [dashed, underscored]
+        live = " [live: changeable while running]" if f.metadata["live"] else ""
+        group.add_argument(*flags, dest=f.name, metavar="VALUE", default=argparse.SUPPRESS,
+                           help=f"{f.metadata['help']}{live} (default: {f.default})")
+    return parser
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields given on the command line, converted to their types (ConfigError if not)."""
+    hints = typing.get_type_hints(PPOConfig)
+    values: dict[str, Any] = {}
+    for f in config_fields():
+        if f.name in vars(args):
+            convert, accepted = _converter(hints[f.name])
+            text = getattr(args, f.name)
+            try:
+                values[f.name] = convert(text)
+            except ValueError:
+                raise ConfigError(f.name, text, accepted) from None
+    if "updates" in values and "total_env_steps" in values and values["updates"] is not None:
+        raise ConfigError("updates", values["updates"], "either --updates or --total-env-steps, not both")
+    return values
+
+
+def config_from_overrides(overrides: dict[str, Any], base: PPOConfig | None = None) -> PPOConfig:
+    """Apply overrides to `base` (defaults if None) and validate the result."""
+    base_values = (base or PPOConfig()).to_dict()
+    base_values.update(overrides)
+    return validate(PPOConfig.from_dict(base_values))
+
+
+def parse_config(argv: Sequence[str] | None, prog: str, description: str,
+                 add_arguments: typing.Callable[[OneLineParser], None] | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
+    """Parse, convert and validate; exits with one line on any bad input."""
+    parser = build_parser(prog, description)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        overrides = overrides_from_args(args)
+        config = config_from_overrides(overrides)
+    except ConfigError as e:
+        fail(str(e))
+    return config, args, overrides
+
+
+__all__ = ["OneLineParser", "build_parser", "config_from_overrides", "fail", "overrides_from_args", "parse_config"]

@@ -1,0 +1,176 @@
+"""Every hyperparameter of the experiment, its default, and where the default comes from.
+
+Defaults follow the PPO paper's Atari setting (Schulman et al. 2017, table 5) as refined by
+"The 37 implementation details of PPO" (Huang et al. 2022) and OpenAI baselines' `ppo2` Atari
+config, unless a comment says otherwise. `PPOConfig` is the single source: the command line,
+labml's configs view, checkpoints and the live-tweak channel are all derived from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# ---- per-field constraints -------------------------------------------------------------------
+# Each returns the "accepted" text when a value is rejected, or None when it is fine.
+Check = Callable[[Any], "str | None"]
+
+
+def positive(v: Any) -> str | None:
+    return None if v > 0 else "a number > 0"
+
+
+def non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "a number ≥ 0"
+
+
+def unit_interval(v: Any) -> str | None:
+    return None if 0 <= v <= 1 else "a number in [0, 1]"
+
+
+def optional_positive(v: Any) -> str | None:
+    return None if v is None or v > 0 else "a number > 0, or none"
+
+
+def not_empty(v: Any) -> str | None:
+    return None if str(v).strip() else "a non-empty string"
+
+
+def hp(default: Any, help: str, check: Check | None = None, live: tuple[float, float] | None = None,
+       run_option: bool = False) -> Any:
+    """A config field. `live=(low, high)` makes it a dynamic hyperparameter, changeable while the
+    run goes; `run_option` marks how/where to run rather than what to learn (allowed to differ
+    on `--resume`)."""
+    return field(default=default, metadata={"help": help, "check": check, "live": live, "run_option": run_option})
+
+
+@dataclass
+class PPOConfig:
+    # ---- the game ----
+    game: str = hp("Breakout", "ALE game name (Pong, Seaquest, …) or gymnasium id; always no frame-skip, no sticky actions", not_empty)
+    noop_max: int = hp(30, "up to this many random no-op frames after each reset (Mnih et al. 2015)", non_negative)
+    fire_on_reset: bool = hp(True, "press FIRE after reset and after each lost life, so the agent cannot learn to stall")
+    terminal_on_life_loss: bool = hp(True, "a lost life ends the learner's episode (Mnih et al. 2015); the game goes on")
+    clip_rewards: bool = hp(True, "learner's reward = sign(reward), one scale for all games (Mnih et al. 2015)")
+    frame_skip: int = hp(4, "emulator frames per agent step, max-pooled over the last two", positive)
+    frame_stack: int = hp(4, "processed 84×84 frames stacked into one observation", positive)
+    max_episode_frames: int = hp(108_000, "truncate a game after this many frames (30 min at 60 Hz; Machado et al. 2018)", positive)
+
+    # ---- rollouts ----
+    n_workers: int = hp(8, "env worker processes (baselines ppo2: 8 envs)", positive)
+    envs_per_worker: int = hp(1, "games stepped by each worker process; envs = n_workers × envs_per_worker", positive)
+    worker_steps: int = hp(128, "steps per env per rollout (ppo2 nsteps)", positive)
+
+    # ---- optimisation ----
+    total_env_steps: int = hp(10_000_000, "agent steps (not frames) over the run, as in the PPO paper's 10M", positive)
+    updates: int | None = hp(None, "number of updates; default total_env_steps // batch_size", optional_positive)
+    epochs: int = hp(4, "passes over each rollout (ppo2 noptepochs)", positive, live=(1, 32))
+    minibatches: int = hp(4, "minibatches per epoch; must divide the batch (ppo2 nminibatches)", positive)
+    gamma: float = hp(0.99, "discount factor", unit_interval)
+    gae_lambda: float = hp(0.95, "GAE λ: bias/variance trade-off of the advantage", unit_interval)
+    learning_rate: float = hp(2.5e-4, "Adam step size at the start; the base of the annealing", non_negative, live=(0.0, 1e-2))
+    anneal_learning_rate: bool = hp(True, "decay the learning rate linearly to 0 over the run")
+    clip_range: float = hp(0.1, "PPO clip ε at the start (paper: 0.1 × α for Atari)", non_negative, live=(0.0, 1.0))
+    anneal_clip_range: bool = hp(True, "decay the clip range linearly to 0 over the run")
+    clip_value_loss: bool = hp(True, "clip the value update to ±clip_range around the old value (ppo2)")
+    value_coef: float = hp(0.5, "weight of the value loss", non_negative, live=(0.0, 10.0))
+    entropy_coef: float = hp(0.01, "weight of the entropy bonus", non_negative, live=(0.0, 1.0))
+    max_grad_norm: float = hp(0.5, "clip the global gradient norm to this", positive)
+    adam_eps: float = hp(1e-5, "Adam ε (ppo2; PyTorch's 1e-8 default differs)", positive)
+    normalize_advantages: bool = hp(True, "standardise advantages per minibatch")
+    target_kl: float | None = hp(None, "stop the epochs early once approximate KL exceeds this; none = never", optional_positive)
+
+    # ---- the run ----
+    seed: int = hp(0, "run seed: derives every env seed and the trainer's numpy/torch seeds", non_negative)
+    device: str = hp("auto", "auto (CUDA when present), cpu, cuda or cuda:N", run_option=True)
+    torch_threads: int = hp(0, "trainer's torch threads; 0 = one per core", non_negative, run_option=True)
+    name: str = hp("breakout", "labml experiment name (a folder under data_dir)", not_empty)
+    data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", not_empty, run_option=True)
+    checkpoint_every: int = hp(50, "checkpoint every this many updates (and always at the end); 0 = only at the end", non_negative, run_option=True)
+    score_window: int = hp(100, "games averaged for the reported score (the Atari convention: last 100)", positive)
+    worker_timeout: float = hp(60.0, "seconds a worker may take to answer before it is declared hung", positive, run_option=True)
+    dashboard: str | None = hp(None, "labml dashboard URL to send the run to, e.g. http://127.0.0.1:5005/api/v1/default", run_option=True)
+
+    # ---- derived sizes: computed once, after validation ----
+    @property
+    def n_envs(self) -> int:
+        return self.n_workers * self.envs_per_worker
+
+    @property
+    def batch_size(self) -> int:
+        return self.n_envs * self.worker_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.minibatches
+
+    @property
+    def n_updates(self) -> int:
+        return self.updates if self.updates is not None else self.total_env_steps // self.batch_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> PPOConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(unknown[0], values[unknown[0]], f"one of the options in --help (unknown name {unknown[0]!r})")
+        return cls(**values)
+
+
+class ConfigError(ValueError):
+    """A rejected value: names the option, the value, and what is accepted."""
+
+    def __init__(self, name: str, value: Any, accepted: str) -> None:
+        self.option = "--" + name.replace("_", "-")
+        self.value = value
+        self.accepted = accepted
+        shown = "none" if value is None else value
+        super().__init__(f"{self.option} {shown}: expected {accepted}")
+
+
+def config_fields() -> list[dataclasses.Field[Any]]:
+    return list(dataclasses.fields(PPOConfig))
+
+
+def live_ranges() -> dict[str, tuple[float, float]]:
+    """The dynamic hyperparameters and their allowed ranges."""
+    return {f.name: f.metadata["live"] for f in config_fields() if f.metadata["live"] is not None}
+
+
+def validate(config: PPOConfig) -> PPOConfig:
+    """Check every value and every combination; raise `ConfigError` on the first bad one."""
+    for f in config_fields():
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f.name, value, "a finite number")
+        check = f.metadata["check"]
+        if check is not None and (problem := check(value)) is not None:
+            raise ConfigError(f.name, value, problem)
+        live = f.metadata["live"]
+        if live is not None and not live[0] <= value <= live[1]:
+            raise ConfigError(f.name, value, f"a value in [{live[0]:g}, {live[1]:g}]")
+
+    from game.atari import is_known_game  # deferred: importing gymnasium is slow and not always needed
+
+    if not is_known_game(config.game):
+        raise ConfigError("game", config.game, "an ALE game such as Breakout or Pong, or an id like ALE/Breakout-v5")
+    if config.batch_size % config.minibatches:
+        raise ConfigError(
+            "minibatches", config.minibatches,
+            f"a divisor of the batch size {config.batch_size} "
+            f"(n_workers {config.n_workers} × envs_per_worker {config.envs_per_worker} × worker_steps {config.worker_steps})",
+        )
+    if config.n_updates < 1:
+        raise ConfigError("total_env_steps", config.total_env_steps, f"at least one batch ({config.batch_size} steps)")
+    device = config.device
+    if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ConfigError("device", device, "auto, cpu, cuda or cuda:N")
+    if config.dashboard is not None and not config.dashboard.startswith(("http://", "https://")):
+        raise ConfigError("dashboard", config.dashboard, "an http(s) URL such as http://127.0.0.1:5005/api/v1/default")
+    return config

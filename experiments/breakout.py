@@ -1,0 +1,137 @@
+"""Train PPO on Breakout as a labml experiment: `python -m experiments.breakout --help`.
+
+The last line printed is the path of the run's `summary.json`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from labml import experiment, monit, tracker
+from labml.internal.lab import lab_singleton
+
+from configs.cli import OneLineParser, config_from_overrides, fail, parse_config
+from configs.live import LiveHyperParams
+from configs.ppo import ConfigError, PPOConfig, config_fields
+from game.atari import GameSpec
+from game.pool import PipePool
+from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
+from ppo.runs import checkpoint_path, find_run
+from ppo.seeding import derive_seeds
+from ppo.stopping import GracefulStop
+from ppo.trainer import Trainer, resolve_device
+
+PRINTED_METRICS = ("score_mean_100", "policy_loss", "value_loss", "entropy", "approx_kl", "sps")
+
+
+def game_specs(config: PPOConfig, env_seeds: list[int]) -> list[GameSpec]:
+    return [
+        GameSpec(config.game, seed, config.noop_max, config.fire_on_reset, config.terminal_on_life_loss,
+                 config.clip_rewards, config.frame_skip, config.frame_stack, config.max_episode_frames)
+        for seed in env_seeds
+    ]
+
+
+def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> tuple[PPOConfig, dict[str, Any]]:
+    """The run's own config (plus allowed run-option overrides) and its last checkpoint."""
+    run_dir = find_run(data_dir, run_uuid)
+    if run_dir is None:
+        raise ConfigError("resume", run_uuid, f"the uuid of a run under {data_dir}/ (none found there)")
+    checkpoint = load_checkpoint(checkpoint_path(run_dir))
+    saved = PPOConfig.from_dict(checkpoint["config"])
+    run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
+    for name, value in overrides.items():
+        if name not in run_options and value != getattr(saved, name):
+            raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as --device may change on --resume)")
+    return config_from_overrides(overrides, saved), checkpoint
+
+
+def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str | None = None) -> Path:
+    """Run the experiment; returns the path of summary.json."""
+    torch.set_num_threads(config.torch_threads or torch.get_num_threads())
+    device = resolve_device(config.device)
+    # An absolute experiments_path puts runs under data_dir while labml's project root (found
+    # through .labml.yaml) stays this repository, so each run records the code's git commit.
+    lab_singleton().set_configurations({"experiments_path": str(Path(config.data_dir).resolve()),
+                                        "app_url": config.dashboard})
+    experiment.create(name=config.name, uuid=run_uuid, writers={"screen", "app"} if config.dashboard else {"screen"})
+    live = LiveHyperParams(config, resume["live_values"] if resume else None)
+    experiment.configs(live.labml_configs(config))
+    run_dir = Path(experiment.get_uuid() and lab_singleton().experiments / config.name / experiment.get_uuid())
+    seeds = derive_seeds(config.seed, config.n_envs)
+    for name in PRINTED_METRICS:
+        tracker.set_scalar(name, is_print=True)
+    tracker.set_scalar("*", is_print=False)
+
+    status, checkpoint_file, started = "crashed", None, time.perf_counter()
+    with PipePool(game_specs(config, seeds.env_seeds), config.envs_per_worker, config.worker_timeout) as pool:
+        trainer = Trainer(config, pool, seeds, device, live.values)
+        if resume is not None:
+            trainer.load_state_dict(resume)
+        else:
+            pool.reset()
+        first_update, first_steps = trainer.update, trainer.env_steps
+
+        def checkpoint() -> Path:
+            path = checkpoint_path(run_dir)
+            save_checkpoint(path, trainer.state_dict({k: p._value for k, p in live.params.items()}))
+            return path
+
+        try:
+            with GracefulStop() as stop, experiment.start():
+                tracker.set_global_step(trainer.env_steps)
+                for _ in monit.loop(range(trainer.update, config.n_updates)):
+                    metrics = trainer.step()
+                    tracker.save(trainer.env_steps, metrics)
+                    if config.checkpoint_every and trainer.update % config.checkpoint_every == 0:
+                        checkpoint_file = checkpoint()
+                    if stop.requested:
+                        break
+                    if trainer.update % 10 == 0:
+                        tracker.new_line()
+                checkpoint_file = checkpoint()
+                status = "interrupted" if stop.requested else "completed"
+        finally:
+            elapsed = time.perf_counter() - started
+            summary = {
+                "run_uuid": experiment.get_uuid(),
+                "status": status,
+                "updates": trainer.update,
+                "env_steps": trainer.env_steps,
+                "score_mean_100": trainer.score_mean(),
+                "games": trainer.games,
+                "sps": (trainer.env_steps - first_steps) / elapsed if trainer.update > first_update else None,
+                "wall_time_s": elapsed,
+                "checkpoint": str(checkpoint_file) if checkpoint_file else (str(checkpoint_path(run_dir)) if checkpoint_path(run_dir).exists() else None),
+                "run_dir": str(run_dir),
+            }
+            write_json(run_dir / "summary.json", summary)
+    if stop.requested:
+        print(f"stopped by {stop.requested} after update {trainer.update}; resume with --resume {summary['run_uuid']}", file=sys.stderr)
+    return run_dir / "summary.json"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def extra(parser: OneLineParser) -> None:
+        parser.add_argument("--resume", metavar="RUN_UUID", help="continue this run from its last checkpoint")
+
+    config, args, overrides = parse_config(argv, "python -m experiments.breakout",
+                                           "Train a PPO agent on Atari Breakout as a labml experiment.", extra)
+    resume = None
+    if args.resume is not None:
+        try:
+            config, resume = resume_config(Path(config.data_dir), args.resume, overrides)
+        except (ConfigError, CheckpointError) as e:
+            fail(str(e))
+    summary = train(config, resume, run_uuid=args.resume)
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

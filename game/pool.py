@@ -1,0 +1,289 @@
+"""Many games stepped together: the trainer's only view of the environment.
+
+`EnvPool` is the interface; `PipePool` runs the games in local worker processes, each holding
+`envs_per_worker` games, talking over a `multiprocessing.Pipe` with observations in shared memory.
+Another transport (a cluster engine) implements the same interface; the trainer never knows which.
+
+Lifecycle rules, because a pool that hangs or leaks processes loses a day of training:
+* every wait is bounded (`timeout_s`) and also watches the process sentinels, so a dead worker is
+  noticed at once rather than by a hang on its Pipe;
+* `close()` asks each worker to exit, joins with a deadline, and terminates (then kills) only what
+  is still alive after it; it is idempotent and safe after any error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import sys
+import time
+import types
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+
+from game.atari import FRAME_SIZE, EpisodeStats, GameSpec
+from game.protocol import Command, PoolError, Reply, WorkerDied, WorkerError, WorkerTimeout
+from game.shared import Layout, SharedArrays
+from game.worker import run_worker
+
+__all__ = ["EnvPool", "PipePool", "StepBatch", "WorkerDied", "WorkerError", "WorkerTimeout", "PoolError"]
+
+# Workers fork from a server that has imported only this package: no torch, no CUDA state,
+# and no inherited copies of the trainer's Pipe ends (which would hide a dead trainer from them).
+START_METHOD = "forkserver"
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start children without re-importing the parent's `__main__` in them.
+
+    multiprocessing re-imports the main module in every non-fork child. Workers need nothing from
+    it (their target lives in `game.worker`), and importing it would pull torch into every worker
+    (`python -m experiments.breakout`) or fail outright (a notebook, `python -`).
+    """
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+@dataclass
+class StepBatch:
+    """One step of every env. The arrays are views into shared memory, valid until the next step."""
+
+    rewards: np.ndarray  # (n_envs,) float32, the learner's (clipped) reward
+    terminals: np.ndarray  # (n_envs,) bool, life lost or game over
+    truncations: np.ndarray  # (n_envs,) bool, time limit reached
+    episodes: list[tuple[int, EpisodeStats]] = field(default_factory=list)  # (env index, finished game)
+    final_observations: dict[int, np.ndarray] = field(default_factory=dict)  # env index -> truncated obs
+
+
+class EnvPool(ABC):
+    """`n_envs` games; `observations[i]` is env i's current (frame_stack, 84, 84) uint8 observation."""
+
+    n_envs: int
+    n_actions: int
+    action_meanings: list[str]
+    observations: np.ndarray
+
+    @abstractmethod
+    def reset(self) -> np.ndarray:
+        """Start a new game in every env; returns `observations`."""
+
+    @abstractmethod
+    def step(self, actions: np.ndarray) -> StepBatch:
+        """Apply one action per env; `observations` then holds the next observations."""
+
+    @abstractmethod
+    def get_state(self) -> list[dict[str, Any]]:
+        """Each env's full state (emulator included), for an exact resume."""
+
+    @abstractmethod
+    def set_state(self, states: list[dict[str, Any]]) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop every worker; idempotent; leaves no process behind."""
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class _Worker:
+    process: Any  # multiprocessing.Process of the chosen context
+    conn: Connection
+    envs: range
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class PipePool(EnvPool):
+    """Local worker processes; `specs[i]` builds env i; `envs_per_worker` games per process."""
+
+    def __init__(
+        self,
+        specs: Sequence[GameSpec],
+        envs_per_worker: int = 1,
+        timeout_s: float = 60.0,
+        start_timeout_s: float = 120.0,
+    ) -> None:
+        if not specs or len(specs) % envs_per_worker:
+            raise ValueError(f"{len(specs)} envs do not split into workers of {envs_per_worker}")
+        self.specs = list(specs)
+        self.n_envs = len(specs)
+        self.envs_per_worker = envs_per_worker
+        self.timeout_s = timeout_s
+        self._closed = False
+        self._workers: list[_Worker] = []
+        stack = specs[0].frame_stack
+        self._layout = Layout.of(
+            observations=((self.n_envs, stack, FRAME_SIZE, FRAME_SIZE), "uint8"),
+            actions=((self.n_envs,), "int32"),
+            rewards=((self.n_envs,), "float32"),
+            terminals=((self.n_envs,), "bool"),
+            truncations=((self.n_envs,), "bool"),
+        )
+        self._shared = SharedArrays(self._layout)
+        self.observations = self._shared["observations"]
+        self._actions = self._shared["actions"]
+        self._batch = StepBatch(self._shared["rewards"], self._shared["terminals"], self._shared["truncations"])
+        self._context = mp.get_context(START_METHOD)
+        self._context.set_forkserver_preload(["game.worker"])
+        try:
+            for w in range(self.n_envs // envs_per_worker):
+                envs = range(w * envs_per_worker, (w + 1) * envs_per_worker)
+                self._workers.append(self._spawn(envs))
+            for w, info in enumerate(self._gather(range(self.n_workers), start_timeout_s)):
+                self._workers[w].info = info
+        except BaseException:
+            self.close()
+            raise
+        self.n_actions = self._workers[0].info["n_actions"]
+        self.action_meanings = self._workers[0].info["action_meanings"]
+
+    @property
+    def n_workers(self) -> int:
+        return len(self._workers)
+
+    def worker_pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    def worker_info(self) -> list[dict[str, Any]]:
+        return self._request_all(Command.INFO)
+
+    # -- the EnvPool interface ----------------------------------------------------------------
+
+    def reset(self) -> np.ndarray:
+        self._request_all(Command.RESET)
+        return self.observations
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        np.copyto(self._actions, actions, casting="same_kind")
+        replies = self._request_all(Command.STEP)
+        batch = self._batch
+        batch.episodes = []
+        batch.final_observations = {}
+        for events in replies:
+            if events is not None:
+                batch.episodes.extend(events[0])
+                batch.final_observations.update(events[1])
+        return batch
+
+    def get_state(self) -> list[dict[str, Any]]:
+        return [state for states in self._request_all(Command.GET_STATE) for state in states]
+
+    def set_state(self, states: list[dict[str, Any]]) -> None:
+        if len(states) != self.n_envs:
+            raise ValueError(f"got {len(states)} env states for {self.n_envs} envs")
+        for w in self._workers:
+            self._send(w, Command.SET_STATE, [states[i] for i in w.envs])
+        self._gather(range(self.n_workers), self.timeout_s)
+
+    def restart_worker(self, index: int, seed_offset: int) -> None:
+        """Replace worker `index` with a fresh process whose games have new derived seeds."""
+        self._stop([self._workers[index]], timeout_s=2.0)
+        for i in self._workers[index].envs:
+            self.specs[i] = replace(self.specs[i], seed=self.specs[i].seed + seed_offset)
+        self._workers[index] = self._spawn(self._workers[index].envs)
+        self._workers[index].info = self._gather([index], self.timeout_s)[0]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop(self._workers, timeout_s=5.0)
+        self._shared.close()
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _spawn(self, envs: range) -> _Worker:
+        parent, child = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=run_worker,
+            args=(child, [self.specs[i] for i in envs], self._shared.name, self._layout, envs.start),
+            name=f"game-worker-{envs.start // self.envs_per_worker}",
+            daemon=True,  # multiprocessing terminates daemons at interpreter exit: a last safety net
+        )
+        with _main_module_hidden():
+            process.start()
+        child.close()  # only the worker holds its end now, so its death shows as EOF here
+        return _Worker(process, parent, envs)
+
+    def _send(self, worker: _Worker, command: Command, payload: Any = None) -> None:
+        try:
+            worker.conn.send((command, payload))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass  # a dead worker is reported by _gather, with its exit code
+
+    def _request_all(self, command: Command) -> list[Any]:
+        self._check_open()
+        for w in self._workers:
+            self._send(w, command)
+        return self._gather(range(self.n_workers), self.timeout_s)
+
+    def _gather(self, indices: Sequence[int], timeout_s: float) -> list[Any]:
+        """One reply from each worker in `indices`. Drains every live worker before raising, so
+        the survivors stay in step; then raises the first failure, naming its worker."""
+        pending = {self._workers[i].conn: i for i in indices}
+        sentinels = {self._workers[i].process.sentinel: i for i in indices}
+        values: dict[int, Any] = {}
+        failures: list[PoolError] = []
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            ready = wait([*pending, *sentinels], timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                failures.extend(WorkerTimeout(i, timeout_s) for i in pending.values())
+                break
+            for handle in ready:
+                if isinstance(handle, int):  # a sentinel: the process has exited
+                    i = sentinels.pop(handle)
+                    conn = self._workers[i].conn
+                    if conn in pending and not conn.poll():
+                        del pending[conn]
+                        self._workers[i].process.join(0.1)
+                        failures.append(WorkerDied(i, self._workers[i].process.exitcode))
+                    continue
+                i = pending.pop(handle)
+                try:
+                    reply: Reply = handle.recv()
+                except (EOFError, OSError):
+                    self._workers[i].process.join(1.0)
+                    failures.append(WorkerDied(i, self._workers[i].process.exitcode))
+                    continue
+                if reply.error is not None:
+                    failures.append(WorkerError(i, reply.error))
+                else:
+                    values[i] = reply.value
+        if failures:
+            raise failures[0]
+        return [values[i] for i in indices]
+
+    def _stop(self, workers: list[_Worker], timeout_s: float) -> None:
+        for w in workers:
+            if w.process.is_alive():
+                self._send(w, Command.CLOSE)
+        deadline = time.monotonic() + timeout_s
+        for w in workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+        for w in workers:
+            if w.process.is_alive():
+                w.process.terminate()
+                w.process.join(1.0)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.conn.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the pool is closed")

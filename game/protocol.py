@@ -1,0 +1,74 @@
+"""What the trainer and a worker say to each other over their Pipe.
+
+The Pipe carries only commands and small replies; observations, actions, rewards and done flags
+travel through shared memory (`game.shared`). Every request gets exactly one `Reply`, so the
+trainer always knows whose turn it is.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class Command(enum.Enum):
+    STEP = "step"  # actions are in shared memory; step every game once
+    RESET = "reset"  # start a new game in every env of the worker
+    GET_STATE = "get_state"  # emulator states, for an exact resume
+    SET_STATE = "set_state"  # payload: the states GET_STATE returned
+    INFO = "info"  # pid, action meanings, and whether torch was imported (it must not be)
+    CLOSE = "close"  # reply, then exit
+
+
+@dataclass(frozen=True)
+class RemoteError:
+    """An exception raised inside a worker, carried back with its traceback as text."""
+
+    type_name: str
+    message: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Either `value` (ok) or `error`: never both."""
+
+    value: Any = None
+    error: RemoteError | None = None
+
+
+class PoolError(RuntimeError):
+    """A worker could not do what it was asked; names the worker."""
+
+    def __init__(self, worker: int, message: str) -> None:
+        super().__init__(message)
+        self.worker = worker
+
+
+class WorkerError(PoolError):
+    """An exception inside a worker, re-raised in the trainer with the worker's traceback."""
+
+    def __init__(self, worker: int, error: RemoteError) -> None:
+        super().__init__(
+            worker,
+            f"worker {worker} raised {error.type_name}: {error.message}\n"
+            f"--- traceback in worker {worker} ---\n{error.traceback.rstrip()}",
+        )
+        self.remote = error
+
+
+class WorkerDied(PoolError):
+    """A worker process exited without answering (killed, crashed in C code, out of memory)."""
+
+    def __init__(self, worker: int, exitcode: int | None) -> None:
+        super().__init__(worker, f"worker {worker} died (exit code {exitcode}) without answering")
+        self.exitcode = exitcode
+
+
+class WorkerTimeout(PoolError):
+    """A worker is alive but did not answer within the pool's timeout (hung)."""
+
+    def __init__(self, worker: int, timeout_s: float) -> None:
+        super().__init__(worker, f"worker {worker} did not answer within {timeout_s:g} s")
+        self.timeout_s = timeout_s

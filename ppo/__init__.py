@@ -1,0 +1,1 @@
+"""PPO for pixel-based Atari: model, GAE, losses, rollout storage, and the trainer that ties them."""

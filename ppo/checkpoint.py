@@ -1,0 +1,72 @@
+"""Checkpoints and summaries written atomically: a crash or a full disk mid-write leaves the
+previous file whole, because the new one only replaces it once it is completely on disk."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    try:
+        atomic_write_bytes(path, buffer.getvalue())
+    except OSError as e:
+        raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}; the previous checkpoint is intact") from e
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        # The file holds emulator states and numpy RNG states besides tensors, so it is not a
+        # weights-only file: load only checkpoints you wrote yourself.
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({type(e).__name__}: {e})") from None
+    if not isinstance(state, dict) or "model" not in state or "config" not in state:
+        raise CheckpointError(f"{path} is not a checkpoint of this project")
+    return state
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    atomic_write_bytes(path, (json.dumps(data, indent=2) + "\n").encode())

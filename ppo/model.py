@@ -1,0 +1,56 @@
+"""The actor-critic: the Nature-DQN convolutional trunk shared by a policy head and a value head."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
+    # Orthogonal weights keep activations' scale through the trunk (Saxe et al. 2013); the small
+    # policy gain makes the initial policy near-uniform, so early exploration is not biased.
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    """uint8 frames (B, frame_stack, 84, 84) → action logits (B, n_actions) and values (B,)."""
+
+    def __init__(self, n_actions: int, frame_stack: int = 4) -> None:
+        super().__init__()
+        relu_gain = math.sqrt(2)
+        self.trunk = nn.Sequential(
+            _orthogonal(nn.Conv2d(frame_stack, 32, kernel_size=8, stride=4), relu_gain),
+            nn.ReLU(),
+            _orthogonal(nn.Conv2d(32, 64, kernel_size=4, stride=2), relu_gain),
+            nn.ReLU(),
+            _orthogonal(nn.Conv2d(64, 64, kernel_size=3, stride=1), relu_gain),
+            nn.ReLU(),
+            nn.Flatten(),
+            _orthogonal(nn.Linear(64 * 7 * 7, 512), relu_gain),
+            nn.ReLU(),
+        )
+        self.policy = _orthogonal(nn.Linear(512, n_actions), 0.01)
+        self.value = _orthogonal(nn.Linear(512, 1), 1.0)
+        self.n_actions = n_actions
+
+    def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if observations.dtype != torch.uint8:
+            raise TypeError(f"observations must be uint8 frames, got {observations.dtype}")
+        # Scaling here keeps frames uint8 (4× smaller) everywhere before the first layer.
+        hidden = self.trunk(observations.float() / 255.0)
+        return self.policy(hidden), self.value(hidden).squeeze(-1)
+
+
+def sample_actions(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one action per row from softmax(logits) with the Gumbel-max trick.
+
+    argmax(logits + Gumbel noise) is an exact sample of the categorical; unlike
+    `Categorical.sample` it takes an explicit generator, so a checkpoint can carry its state.
+    """
+    uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    gumbel = -torch.log(-torch.log(uniform.clamp_min(torch.finfo(logits.dtype).tiny)))
+    return torch.argmax(logits + gumbel, dim=-1)

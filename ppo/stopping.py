@@ -1,0 +1,35 @@
+"""Ctrl-C and SIGTERM without losing work: the first asks the run to stop after the current
+update (which is then checkpointed); a second one stops at once."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType, TracebackType
+
+
+class GracefulStop:
+    def __init__(self) -> None:
+        self.requested: str | None = None  # name of the first signal received
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> GracefulStop:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.requested is not None:
+            raise KeyboardInterrupt(f"second stop request ({name}): stopping now")
+        self.requested = name
+        print(f"\n{name} received: stopping after this update and saving a checkpoint "
+              "(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(signal.Signals[self.requested]) if self.requested else 0

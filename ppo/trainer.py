@@ -1,0 +1,208 @@
+"""One PPO update = collect a rollout from every env, then optimise the clipped objective on it.
+
+Framework-free: labml bookkeeping lives in `experiments/`, so this is testable on its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from configs.ppo import PPOConfig
+from game.pool import EnvPool
+from ppo.losses import clipped_policy_loss, clipped_value_loss, entropy_bonus, explained_variance
+from ppo.model import ActorCritic, sample_actions
+from ppo.rollout import Rollout
+from ppo.seeding import Seeds
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A loss or gradient was NaN/inf; the update was not applied."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class Trainer:
+    def __init__(self, config: PPOConfig, pool: EnvPool, seeds: Seeds, device: torch.device,
+                 live_values: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.config = config
+        self.pool = pool
+        self.device = device
+        self.live_values = live_values or (lambda: {k: getattr(config, k) for k in
+                                                   ("learning_rate", "clip_range", "entropy_coef", "value_coef", "epochs")})
+        torch.manual_seed(seeds.torch_seed)  # model initialisation
+        self.model = ActorCritic(pool.n_actions, config.frame_stack).to(device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+        self.sample_generator = torch.Generator(device=device)
+        self.sample_generator.manual_seed(seeds.torch_seed)
+        self.shuffle_rng = np.random.default_rng(seeds.numpy_seed)
+        self.rollout = Rollout(pool.n_envs, config.worker_steps, pool.observations.shape[1:])
+        self.update = 0  # updates completed
+        self.env_steps = 0  # agent steps taken, over all envs
+        self.games = 0  # full games finished
+        self.scores: deque[float] = deque(maxlen=config.score_window)  # full-game, unclipped
+        self.lengths: deque[int] = deque(maxlen=config.score_window)
+
+    # -- sampling -------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def _policy(self, observations: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits, values = self.model(torch.from_numpy(observations).to(self.device, non_blocking=True))
+        actions = sample_actions(logits, self.sample_generator)
+        log_probs = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        return actions, log_probs, values
+
+    @torch.inference_mode()
+    def _values(self, observations: np.ndarray) -> np.ndarray:
+        return self.model(torch.from_numpy(observations).to(self.device))[1].cpu().numpy()
+
+    def collect(self) -> None:
+        """Fill the rollout: worker_steps steps of every env, sampled from the current policy."""
+        rollout, pool = self.rollout, self.pool
+        for t in range(rollout.n_steps):
+            rollout.observations[:, t] = pool.observations
+            actions, log_probs, values = self._policy(pool.observations)
+            actions_np = actions.cpu().numpy()
+            rollout.actions[:, t] = actions_np
+            rollout.log_probs[:, t] = log_probs.cpu().numpy()
+            rollout.values[:, t] = values.cpu().numpy()
+            step = pool.step(actions_np)
+            rollout.rewards[:, t] = step.rewards
+            rollout.terminals[:, t] = step.terminals
+            rollout.truncations[:, t] = step.truncations
+            if step.final_observations:  # rare: bootstrap the time-limited episodes
+                envs = sorted(step.final_observations)
+                rollout.truncation_values[envs, t] = self._values(np.stack([step.final_observations[i] for i in envs]))
+            for _, game in step.episodes:
+                self.scores.append(game.score)
+                self.lengths.append(game.length)
+                self.games += 1
+        rollout.last_values[:] = self._values(pool.observations)
+        self.env_steps += rollout.size
+
+    # -- optimisation ---------------------------------------------------------------------------
+
+    def schedule(self) -> dict[str, Any]:
+        """This update's hyperparameters: live values, with the annealed ones decayed linearly."""
+        live = self.live_values()
+        remaining = 1.0 - self.update / self.config.n_updates
+        return {
+            "learning_rate": live["learning_rate"] * (remaining if self.config.anneal_learning_rate else 1.0),
+            "clip_range": live["clip_range"] * (remaining if self.config.anneal_clip_range else 1.0),
+            "entropy_coef": live["entropy_coef"],
+            "value_coef": live["value_coef"],
+            "epochs": int(live["epochs"]),
+        }
+
+    def optimize(self, hp: dict[str, Any]) -> dict[str, float]:
+        cfg = self.config
+        self.rollout.compute_advantages(cfg.gamma, cfg.gae_lambda)
+        batch = self.rollout.flat_batch(self.device)
+        for group in self.optimizer.param_groups:
+            group["lr"] = hp["learning_rate"]
+        clip_range = hp["clip_range"]
+        sums: dict[str, float] = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0}
+        n_minibatches = 0
+        epochs_done = 0
+        for _ in range(hp["epochs"]):
+            epoch_kl = []
+            order = torch.from_numpy(self.shuffle_rng.permutation(self.rollout.size)).to(self.device)
+            for indices in order.split(cfg.minibatch_size):
+                stats = self._minibatch_step({k: v[indices] for k, v in batch.items()}, clip_range, hp)
+                for k in sums:
+                    sums[k] += stats[k]
+                epoch_kl.append(stats["approx_kl"])
+                n_minibatches += 1
+            epochs_done += 1
+            if cfg.target_kl is not None and float(np.mean(epoch_kl)) > cfg.target_kl:
+                break
+        metrics = {k: v / n_minibatches for k, v in sums.items()}
+        metrics["explained_variance"] = explained_variance(batch["values"], batch["returns"])
+        metrics["epochs_done"] = epochs_done
+        return metrics
+
+    def _minibatch_step(self, mb: dict[str, torch.Tensor], clip_range: float, hp: dict[str, Any]) -> dict[str, float]:
+        logits, values = self.model(mb["observations"])
+        log_probs = torch.log_softmax(logits, -1).gather(-1, mb["actions"].unsqueeze(-1)).squeeze(-1)
+        advantages = mb["advantages"]
+        if self.config.normalize_advantages and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        policy = clipped_policy_loss(log_probs, mb["log_probs"], advantages, clip_range)
+        value_loss = clipped_value_loss(values, mb["values"], mb["returns"], clip_range if self.config.clip_value_loss else None)
+        entropy = entropy_bonus(logits)
+        loss = policy.loss + hp["value_coef"] * value_loss - hp["entropy_coef"] * entropy
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(f"non-finite loss ({float(loss)}) or gradient norm ({float(grad_norm)}); update skipped")
+        self.optimizer.step()
+        return {"policy_loss": policy.loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item(),
+                "approx_kl": float(policy.approx_kl), "clip_fraction": float(policy.clip_fraction)}
+
+    # -- one whole update -----------------------------------------------------------------------
+
+    def step(self) -> dict[str, float]:
+        """Collect + optimise once; returns this update's metrics."""
+        hp = self.schedule()
+        start = time.perf_counter()
+        self.collect()
+        sampled = time.perf_counter()
+        metrics = self.optimize(hp)
+        done = time.perf_counter()
+        self.update += 1
+        metrics.update(
+            learning_rate=hp["learning_rate"], clip_range=hp["clip_range"],
+            sps=self.rollout.size / (done - start), sample_sps=self.rollout.size / (sampled - start),
+            update_sps=self.rollout.size / (done - sampled),
+        )
+        if self.scores:
+            metrics["score_mean_100"] = float(np.mean(self.scores))
+            metrics["game_length_mean_100"] = float(np.mean(self.lengths))
+        return metrics
+
+    def score_mean(self) -> float | None:
+        return float(np.mean(self.scores)) if self.scores else None
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def state_dict(self, live_values: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "n_actions": self.pool.n_actions,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "update": self.update,
+            "env_steps": self.env_steps,
+            "games": self.games,
+            "scores": list(self.scores),
+            "lengths": list(self.lengths),
+            "live_values": live_values,
+            "sample_generator": self.sample_generator.get_state(),
+            "shuffle_rng": self.shuffle_rng.bit_generator.state,
+            "env_states": self.pool.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.update = state["update"]
+        self.env_steps = state["env_steps"]
+        self.games = state["games"]
+        self.scores.extend(state["scores"])
+        self.lengths.extend(state["lengths"])
+        self.sample_generator.set_state(state["sample_generator"])
+        self.shuffle_rng.bit_generator.state = state["shuffle_rng"]
+        if state.get("env_states") is not None:
+            self.pool.set_state(state["env_states"])

@@ -1,0 +1,25 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="breakout-ppo",
+    version="0.1.0",
+    description="PPO that learns Atari Breakout from pixels, run and watched as a labml experiment",
+    python_requires=">=3.10",
+    packages=find_packages(include=["ppo", "ppo.*", "game", "game.*", "configs", "configs.*",
+                                    "experiments", "experiments.*", "dashboard", "dashboard.*"]),
+    package_data={"dashboard": ["static/*"]},
+    install_requires=[
+        # torch is installed first, pinned, by the README's set-up (the CPU build); any 2.x works.
+        "torch>=2.1",
+        "gymnasium[atari]>=1.0",
+        "ale-py>=0.10",
+        # The headless build of OpenCV: same cv2 module, no Qt/libGL needed on servers.
+        "opencv-python-headless>=4.8",
+        "numpy>=1.24",
+        "labml>=0.5.3,<0.6",
+        "labml-app>=0.5.14,<0.6",
+    ],
+    extras_require={
+        "dev": ["pytest>=8", "hypothesis>=6", "ruff>=0.5"],
+    },
+)
