@@ -1,0 +1,147 @@
+"""Live ("dynamic") hyperparameters: what a run declares, validating changes, pending changes.
+
+A labml run registers `FloatDynamicHyperParam` / `IntDynamicHyperParam` values in its
+configs; their `to_yaml()` reaches the app as the config's `computed` value
+``{'type': 'DynamicSchedule', 'default', 'range', 'dynamic_type'}``.  labml's client
+still applies whatever comes back in a `/track` response's ``dynamic`` field, so the
+dashboard stores requested changes and hands them to the run with its next `/track`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Union
+
+from .store import atomic_write
+
+Number = Union[int, float]
+
+
+class HyperParamError(ValueError):
+    """A requested change is not acceptable; the message says why."""
+
+
+@dataclass(frozen=True)
+class DynamicParamSpec:
+    key: str
+    dynamic_type: str  # 'float' or 'int', as labml names them
+    default: Number
+    low: Number
+    high: Number
+
+    def to_json(self) -> Dict[str, Any]:
+        return {'type': self.dynamic_type, 'default': self.default, 'range': [self.low, self.high]}
+
+    def coerce(self, value: Any) -> Number:
+        """The value the run should receive, or `HyperParamError` with a readable reason."""
+        # bool is an int subclass; True as a learning rate is always a mistake.
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise HyperParamError(f'{self.key}: expected {self._type_name()}, got {json.dumps(value)}')
+        if self.dynamic_type == 'int':
+            if not isinstance(value, int):
+                raise HyperParamError(f'{self.key}: expected an integer, got {value!r}')
+        else:
+            if not math.isfinite(value):
+                raise HyperParamError(f'{self.key}: expected a finite number, got {value!r}')
+            value = float(value)
+        if not self.low <= value <= self.high:
+            raise HyperParamError(f'{self.key}: {value!r} is outside the allowed range '
+                                  f'[{self.low}, {self.high}]')
+        return value
+
+    def _type_name(self) -> str:
+        return 'an integer' if self.dynamic_type == 'int' else 'a number'
+
+
+def _spec_from_computed(key: str, computed: Any) -> Optional[DynamicParamSpec]:
+    if not isinstance(computed, dict) or computed.get('type') != 'DynamicSchedule':
+        return None
+    dynamic_type = computed.get('dynamic_type')
+    rng = computed.get('range')
+    default = computed.get('default')
+    if dynamic_type not in ('float', 'int') or not isinstance(rng, (list, tuple)) or len(rng) != 2:
+        return None
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (*rng, default)):
+        return None
+    return DynamicParamSpec(key=key, dynamic_type=dynamic_type, default=default, low=rng[0], high=rng[1])
+
+
+def dynamic_specs(run_configs: Mapping[str, Any]) -> Dict[str, DynamicParamSpec]:
+    """The dynamic hyperparameters declared in a labml-app `Run.configs` mapping."""
+    specs: Dict[str, DynamicParamSpec] = {}
+    for key, config in run_configs.items():
+        if not isinstance(config, dict):
+            continue
+        # Nested configs are named 'parent.child'; `name` is the key labml's client resolves.
+        name = config.get('name', key)
+        spec = _spec_from_computed(name, config.get('computed'))
+        if spec is not None:
+            specs[name] = spec
+    return specs
+
+
+def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> Dict[str, Number]:
+    """Check a whole request; either every change is valid or nothing is accepted."""
+    if not isinstance(changes, dict) or not changes:
+        raise HyperParamError('expected a non-empty JSON object {"name": value, ...}')
+    accepted: Dict[str, Number] = {}
+    for key, value in changes.items():
+        if key not in specs:
+            known = ', '.join(sorted(specs)) or 'none'
+            raise HyperParamError(f'{key}: not a dynamic hyperparameter of this run (dynamic: {known})')
+        accepted[key] = specs[key].coerce(value)
+    return accepted
+
+
+class HyperParamStore:
+    """Pending and last delivered values per run, persisted as one JSON file.
+
+    Pending changes survive a dashboard restart; they are handed out once, with the
+    run's next `/track` response, and then become the run's "delivered" values.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._runs: Dict[str, Dict[str, Dict[str, Number]]] = self._load()
+
+    def _load(self) -> Dict[str, Dict[str, Dict[str, Number]]]:
+        try:
+            data = json.loads(self._path.read_text('utf-8'))
+        except FileNotFoundError:
+            return {}
+        if not isinstance(data, dict):
+            raise ValueError(f'{self._path}: not a hyperparameter store')
+        return data
+
+    def _save(self) -> None:
+        atomic_write(self._path, json.dumps(self._runs, indent=1, sort_keys=True).encode('utf-8'))
+
+    def _run(self, run_uuid: str) -> Dict[str, Dict[str, Number]]:
+        return self._runs.setdefault(run_uuid, {'pending': {}, 'delivered': {}})
+
+    def add_pending(self, run_uuid: str, values: Mapping[str, Number]) -> Dict[str, Number]:
+        with self._lock:
+            self._run(run_uuid)['pending'].update(values)
+            self._save()
+            return dict(self._runs[run_uuid]['pending'])
+
+    def take_pending(self, run_uuid: str) -> Dict[str, Number]:
+        with self._lock:
+            entry = self._runs.get(run_uuid)
+            if not entry or not entry['pending']:
+                return {}
+            pending = entry['pending']
+            entry['delivered'].update(pending)
+            entry['pending'] = {}
+            self._save()
+            return pending
+
+    def get(self, run_uuid: str) -> Dict[str, Dict[str, Number]]:
+        with self._lock:
+            entry = self._runs.get(run_uuid, {'pending': {}, 'delivered': {}})
+            return {'pending': dict(entry['pending']), 'delivered': dict(entry['delivered'])}

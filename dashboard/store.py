@@ -1,0 +1,163 @@
+"""The dashboard's storage: labml-app's models in a folder (or MongoDB), written atomically.
+
+labml-app talks to its database only through `labml_db`'s `Model` / `Index` driver
+registries, so swapping in file drivers before the app is created gives a dashboard
+that needs no database server.  `labml_db`'s file drivers rewrite files in place,
+which leaves a truncated file behind if the process dies mid-write; the subclasses
+here write to a temporary file and `os.replace` it, so each file is always either the
+old or the new version.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Optional, Type
+
+from labml_db import Index, Model
+from labml_db.driver.file import FileDbDriver
+from labml_db.index_driver.file import FileIndexDbDriver
+from labml_db.serializer.json import JsonSerializer
+from labml_db.serializer.pickle import PickleSerializer
+from labml_db.types import ModelDict
+
+LOCK_FILE_NAME = 'dashboard.lock'
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that readers and crashes only ever see a whole file."""
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
+            f.flush()
+            # Without fsync a power loss can leave the renamed file empty on some filesystems.
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class AtomicFileDbDriver(FileDbDriver):
+    """`FileDbDriver` whose saves are atomic; one file per model instance."""
+
+    def _path(self, key: str) -> Path:
+        return self._db_path / f'{key}.{self._serializer.file_extension}'
+
+    def load_dict(self, key: str) -> Optional[ModelDict]:
+        # Files are only ever replaced whole, so no read lock is needed.
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        if not self._serializer.is_bytes:
+            return self._serializer.from_string(data.decode('utf-8'))
+        return self._serializer.from_string(data)
+
+    def save_dict(self, key: str, data: ModelDict) -> None:
+        encoded = self._serializer.to_string(data)
+        if isinstance(encoded, str):
+            encoded = encoded.encode('utf-8')
+        atomic_write(self._path(key), encoded)
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+
+class AtomicFileIndexDbDriver(FileIndexDbDriver):
+    """`FileIndexDbDriver` whose index file is replaced atomically on every change.
+
+    The parent caches the whole index in memory, which is why only one process may
+    use a data folder at a time (see `DataFolderLock`).
+    """
+
+    def _save_cache(self) -> None:
+        atomic_write(self._index_path, self._serializer.to_string(self._cache).encode('utf-8'))
+
+
+class DataFolderInUseError(RuntimeError):
+    """Another dashboard process holds the data folder's lock."""
+
+
+class DataFolderLock:
+    """An exclusive, non-blocking `flock` on `<data>/dashboard.lock`.
+
+    The kernel drops the lock when the process dies, so a crash never leaves the
+    folder locked; the pid written into the file only serves the error message.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / LOCK_FILE_NAME
+        self._fd: Optional[int] = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.pread(fd, 32, 0).decode('ascii', 'replace').strip() or 'unknown'
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise DataFolderInUseError(
+                    f'{self.path.parent} is already used by another dashboard (pid {holder}); '
+                    f'stop it or choose another --data folder') from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f'{os.getpid()}\n'.encode('ascii'), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> 'DataFolderLock':
+        self.acquire()
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.release()
+
+
+def _create_default_projects() -> None:
+    # The same two projects labml_app.db.init_mongo_db creates; runs without a token land
+    # in the "float" project.
+    from labml_app import settings
+    from labml_app.db import project
+
+    project.create_project(settings.FLOAT_PROJECT_TOKEN, 'float project')
+    project.create_project(settings.SAMPLES_PROJECT_TOKEN, 'samples project')
+
+
+def use_file_store(data_dir: Path) -> None:
+    """Point every labml-app model and index at files under `data_dir`.
+
+    Models are pickled (as labml-app does for MongoDB: some hold values JSON cannot
+    represent); indexes are small JSON maps.
+    """
+    from labml_app import db
+
+    models_dir = data_dir / 'models'
+    indexes_dir = data_dir / 'indexes'
+    models_dir.mkdir(parents=True, exist_ok=True)
+    indexes_dir.mkdir(parents=True, exist_ok=True)
+    Model.set_db_drivers([AtomicFileDbDriver(PickleSerializer(), m, models_dir) for m in db.models])
+    Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, indexes_dir / f'{i.__name__}.json')
+                          for i in db.indexes])
+    _create_default_projects()
+
+
+def use_mongo_store(url: str) -> None:
+    """Use labml-app's own MongoDB set-up; `url` is anything `pymongo.MongoClient` accepts."""
+    from labml_app import db
+
+    db.init_mongo_db(url)

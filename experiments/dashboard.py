@@ -1,0 +1,79 @@
+"""Start the labml dashboard locally.
+
+    python -m experiments.dashboard [--host 127.0.0.1] [--port 5005] [--data DIR] [--mongo URL]
+
+By default the dashboard keeps its data in files under --data (no database server
+needed); --mongo uses a MongoDB server instead.  Stop it with Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from dashboard.assets import default_cache_dir
+from dashboard.cli import OneLineArgumentParser, usage_error
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get('XDG_DATA_HOME') or str(Path.home() / '.local' / 'share')
+    return Path(base) / 'labml-dashboard'
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise ValueError
+    return port
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = OneLineArgumentParser(prog='dashboard', description=__doc__.split('\n\n')[0])
+    parser.add_argument('--host', default='127.0.0.1', help='address to listen on (default: 127.0.0.1)')
+    parser.add_argument('--port', default='5005', help='port to listen on, 1-65535 (default: 5005)')
+    parser.add_argument('--data', default=str(default_data_dir()),
+                        help='folder for the store, the lock and pending hyperparameter changes '
+                             '(default: $XDG_DATA_HOME/labml-dashboard, i.e. ~/.local/share/labml-dashboard)')
+    parser.add_argument('--mongo', metavar='URL', default=None,
+                        help='use this MongoDB (mongodb://host:port) for runs instead of files under --data')
+    parser.add_argument('--assets-cache', metavar='DIR', default=str(default_cache_dir()),
+                        help='where the front-end libraries fetched from the npm registry are cached '
+                             '(default: ~/.cache/labml-dashboard/vendor)')
+    args = parser.parse_args(argv)
+    prog = parser.prog
+
+    try:
+        port = _port(args.port)
+    except ValueError:
+        usage_error(prog, f'--port {args.port!r}: expected an integer from 1 to 65535')
+    try:
+        socket.getaddrinfo(args.host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except (socket.gaierror, UnicodeError):
+        usage_error(prog, f'--host {args.host!r}: expected a numeric IP address such as 127.0.0.1')
+    if args.mongo is not None and not args.mongo.startswith(('mongodb://', 'mongodb+srv://')):
+        usage_error(prog, f'--mongo {args.mongo!r}: expected a URL starting with mongodb:// or mongodb+srv://')
+    paths = {}
+    for option, value in (('--data', args.data), ('--assets-cache', args.assets_cache)):
+        path = Path(value).expanduser()
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            if not os.access(path, os.W_OK):
+                raise PermissionError('not writable')
+        except (OSError, ValueError) as e:
+            usage_error(prog, f'{option} {value!r}: expected a writable folder ({getattr(e, "strerror", None) or e})')
+        paths[option] = path.resolve()
+
+    from dashboard.server import serve
+
+    return serve(host=args.host, port=port, data_dir=paths['--data'], mongo_url=args.mongo,
+                 assets_dir=paths['--assets-cache'])
+
+
+if __name__ == '__main__':
+    sys.exit(main())
