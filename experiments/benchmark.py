@@ -1,0 +1,398 @@
+"""How fast is training, and how far from what this machine can do? `python -m experiments.benchmark --help`.
+
+Takes the experiment's own hyperparameter overrides (`--n-workers`, `--envs-per-worker`,
+`--worker-steps`, `--epochs`, `--minibatches`, `--device`, …) plus `--duration` (seconds per
+measurement) and `--warmup-updates`, and measures, in agent steps (samples) per second:
+
+* `ale_vector_sps`  ale-py's C++ `AtariVectorEnv`, same envs and preprocessing, one thread per core:
+                    the fastest Breakout stepping this machine can do;
+* `pool_env_sps`    the project's `PipePool` stepping random actions, no network;
+* `sample_sps`, `update_sps`, `loop_sps`
+                    `Trainer.collect`, `Trainer.optimize`, whole `Trainer.step`s, with the real pool;
+* `infer_sps`       eager fp32 `ActorCritic` forward at the rollout batch (n_envs), all cores;
+* `train_sps`       forward + backward + Adam at the minibatch size, all cores, best memory format;
+* `bound_sps`       the loop's limit from those rates (see `bound_sps()`), and the fractions of it.
+
+Measurements run one after another, never overlapping: the vector env is closed before the pool
+starts, and the pool is closed before the network-only numbers. A readable table goes to stdout,
+then, as the last line, one JSON object with every number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from configs.cli import OneLineParser, fail, parse_config
+from configs.ppo import PPOConfig
+from game.atari import gym_id
+from game.pool import PipePool
+from ppo.model import ActorCritic
+from ppo.seeding import derive_seeds
+from ppo.trainer import Trainer, resolve_device
+
+PROG = "python -m experiments.benchmark"
+
+# Every key the JSON line always has (tests check them).
+RATE_KEYS = ("pool_env_sps", "ale_vector_sps", "infer_sps", "train_sps", "sample_sps", "update_sps", "loop_sps",
+             "bound_sps")
+JSON_KEYS = (*RATE_KEYS, "loop_fraction_of_bound", "pool_fraction_of_ale", "device", "torch_threads",
+             "trainer_torch_threads", "workers_import_torch", "trainer_peak_rss_mb", "trainer_rss_mb",
+             "workers_peak_rss_mb", "workers_rss_mb", "date", "config", "backend")
+
+
+# ---- the bound ---------------------------------------------------------------------------------
+
+def bound_sps(ale_vector_sps: float, infer_sps: float, train_sps: float, epochs: int, device_type: str) -> float:
+    """The loop's limit in agent steps/s, from the component rates.
+
+    Every agent step costs one env step, one inference sample and `epochs` training samples. On
+    CPU, env and network share the cores, so the costs add; with a GPU, stepping (CPU) and
+    inference (GPU) could overlap, and only the slower of the two counts.
+    """
+    if device_type == "cpu":
+        seconds = 1 / ale_vector_sps + 1 / infer_sps + epochs / train_sps
+    else:
+        seconds = max(1 / ale_vector_sps, 1 / infer_sps) + epochs / train_sps
+    return 1 / seconds
+
+
+# ---- timing ------------------------------------------------------------------------------------
+
+def timed_rate(fn: Callable[[], Any], units_per_call: float, duration: float, warmup_s: float,
+               min_calls: int = 1, sync: Callable[[], None] = lambda: None) -> dict[str, float]:
+    """Call `fn` for `warmup_s` (at least once), then for `duration` seconds (at least
+    `min_calls` times) timed with `perf_counter`; returns units/s over the timed calls."""
+    start = time.perf_counter()
+    while True:
+        fn()
+        sync()
+        if time.perf_counter() - start >= warmup_s:
+            break
+    calls = 0
+    start = time.perf_counter()
+    while True:
+        fn()
+        sync()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= duration and calls >= min_calls:
+            break
+    return {"rate": calls * units_per_call / elapsed, "calls": calls, "seconds": elapsed}
+
+
+def warmup_seconds(duration: float) -> float:
+    return min(2.0, 0.25 * duration)
+
+
+def _sync(device: torch.device) -> Callable[[], None]:
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
+# ---- memory (from /proc) -----------------------------------------------------------------------
+
+def _status_kb(pid: int | str, field: str) -> int:
+    """A `Vm*` line of /proc/PID/status in kB; 0 when the process or the line is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _pss_kb(pid: int | str) -> int:
+    """Proportional set size (shared pages split between their users); 0 if unavailable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name (field 2) may hold spaces and parentheses: split after the last ")"
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def worker_memory(pool: PipePool) -> dict[str, float]:
+    """Peak (VmHWM) and current (VmRSS) resident sets, in MB, summed over the workers and the
+    forkserver that forked them (their parent). RSS counts shared library pages once per
+    process, so the PSS sum is given too."""
+    pids = set(pool.worker_pids())
+    pids |= {p for p in (_parent_pid(pid) for pid in list(pids)) if p and p != os.getpid() and p != 1}
+    mb = 1 / 1024
+    return {
+        "workers_peak_rss_mb": sum(_status_kb(p, "VmHWM") for p in pids) * mb,
+        "workers_rss_mb": sum(_status_kb(p, "VmRSS") for p in pids) * mb,
+        "workers_pss_mb": sum(_pss_kb(p) for p in pids) * mb,
+        "worker_processes": len(pids),
+    }
+
+
+# ---- the measurements --------------------------------------------------------------------------
+
+def ale_rom_name(game: str) -> str:
+    """`Breakout`, `ALE/Breakout-v5` → `breakout`; `MsPacman` → `ms_pacman` (ale-py's ROM names)."""
+    name = gym_id(game).split("/")[-1].split("-v")[0]
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def measure_ale_vector(config: PPOConfig, duration: float) -> dict[str, Any]:
+    """ale-py's threaded C++ vector env with the project's preprocessing, random actions."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    threads = os.cpu_count() or 1
+    settings = {
+        "num_threads": threads, "frameskip": config.frame_skip, "maxpool": True, "img_height": 84,
+        "img_width": 84, "grayscale": True, "stack_num": config.frame_stack, "noop_max": config.noop_max,
+        "repeat_action_probability": 0.0, "full_action_space": False,
+        # life_loss_info = "terminal on a lost life, the game goes on": the project's
+        # terminal_on_life_loss. (ale-py's episodic_life would restart the game at each lost life.)
+        "episodic_life": False, "life_loss_info": config.terminal_on_life_loss,
+        "reward_clipping": config.clip_rewards, "use_fire_reset": config.fire_on_reset,
+        "max_num_frames_per_episode": config.max_episode_frames,
+    }
+    env = AtariVectorEnv(ale_rom_name(config.game), config.n_envs, **settings)
+    try:
+        env.reset(seed=config.seed)
+        n_actions = int(env.single_action_space.n)
+        rng = np.random.default_rng(config.seed)
+        actions = rng.integers(0, n_actions, (256, config.n_envs), dtype=np.int32)
+        t = [0]
+
+        def step() -> None:
+            env.step(actions[t[0] % len(actions)])
+            t[0] += 1
+
+        timing = timed_rate(step, config.n_envs, duration, warmup_seconds(duration))
+    finally:
+        env.close()
+    return {"ale_vector_sps": timing["rate"], "ale_vector_threads": threads, "ale_vector_settings": settings}
+
+
+def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: float,
+                             warmup_updates: int) -> dict[str, Any]:
+    """The worker pool alone (random actions), then the trainer's phases on it; the pool is
+    closed on return, whatever happens."""
+    from experiments.breakout import game_specs
+
+    seeds = derive_seeds(config.seed, config.n_envs)
+    out: dict[str, Any] = {}
+    warmup = warmup_seconds(duration)
+    started = time.perf_counter()
+    with PipePool(game_specs(config, seeds.env_seeds), config.envs_per_worker, config.worker_timeout) as pool:
+        out["pool_start_s"] = time.perf_counter() - started
+        out["n_actions"] = pool.n_actions
+        info = pool.worker_info()
+        out["workers_import_torch"] = any(i["torch_imported"] for i in info)
+
+        # -- the pool alone: random actions, no network
+        pool.reset()
+        rng = np.random.default_rng(config.seed)
+        actions = rng.integers(0, pool.n_actions, (256, pool.n_envs), dtype=np.int32)
+        t = [0]
+
+        def step() -> None:
+            pool.step(actions[t[0] % len(actions)])
+            t[0] += 1
+
+        out["pool_env_sps"] = timed_rate(step, pool.n_envs, duration, warmup)["rate"]
+        # One Pipe round trip to every worker (a tiny INFO request): the per-step messaging cost.
+        roundtrip = timed_rate(pool.worker_info, 1, min(duration, 1.0), min(warmup, 0.2))
+        out["pool_roundtrip_us"] = 1e6 / roundtrip["rate"]
+
+        # -- the trainer, as experiments/breakout.py runs it
+        torch.set_num_threads(config.torch_threads or torch.get_num_threads())
+        out["trainer_torch_threads"] = torch.get_num_threads()
+        trainer = Trainer(config, pool, seeds, device)
+        pool.reset()
+        size = trainer.rollout.size
+        sync = _sync(device)
+
+        def whole_update() -> None:
+            trainer.update = 0  # keep the schedule at its first update (no annealing to 0 or below)
+            trainer.step()
+
+        for _ in range(warmup_updates):
+            whole_update()
+        hp = trainer.schedule()
+        out["sample_sps"] = timed_rate(trainer.collect, size, duration, 0.0, sync=sync)["rate"]
+        out["update_sps"] = timed_rate(lambda: trainer.optimize(hp), size, duration, 0.0, sync=sync)["rate"]
+        loop = timed_rate(whole_update, size, duration, 0.0, min_calls=2, sync=sync)
+        out["loop_sps"] = loop["rate"]
+        out["loop_updates_timed"] = loop["calls"]
+        out.update(worker_memory(pool))  # while the workers are still alive
+    return out
+
+
+def _ppo_like_loss(model: nn.Module, x: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits, values = model(x)
+    log_probs = torch.log_softmax(logits, -1)
+    chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    return -(chosen * targets).mean() + 0.5 * (values - targets).pow(2).mean() - 0.01 * entropy
+
+
+def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, frames: np.ndarray,
+                   memory_format: torch.memory_format, generator: torch.Generator
+                   ) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(one inference step at batch n_envs, one training step at the minibatch size) on a fresh model."""
+    torch.manual_seed(config.seed)
+    model = ActorCritic(n_actions, config.frame_stack).to(device, memory_format=memory_format)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+    mb = config.minibatch_size
+    x = torch.randint(0, 256, (mb, *frames.shape[1:]), dtype=torch.uint8, generator=generator)
+    x = x.to(device).contiguous(memory_format=memory_format)
+    actions = torch.randint(0, n_actions, (mb,), generator=generator).to(device)
+    targets = torch.randn(mb, generator=generator).to(device)
+
+    def infer() -> None:
+        observations = torch.from_numpy(frames).to(device).contiguous(memory_format=memory_format)
+        with torch.inference_mode():
+            logits, values = model(observations)
+        logits.cpu(), values.cpu()  # a rollout step needs them on the host
+
+    def train() -> None:
+        loss = _ppo_like_loss(model, x, actions, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+
+    return infer, train
+
+
+def measure_network(config: PPOConfig, n_actions: int, device: torch.device, duration: float) -> dict[str, Any]:
+    """Eager fp32 ActorCritic alone, all cores: inference at n_envs, training at the minibatch size;
+    each in contiguous and channels-last memory format, the best of the two reported."""
+    torch.set_num_threads(os.cpu_count() or 1)
+    sync = _sync(device)
+    warmup = warmup_seconds(duration)
+    generator = torch.Generator().manual_seed(config.seed)
+    shape = (config.frame_stack, 84, 84)
+    frames = torch.randint(0, 256, (config.n_envs, *shape), dtype=torch.uint8, generator=generator).numpy()
+    out: dict[str, Any] = {"torch_threads": torch.get_num_threads()}
+    for layout, memory_format in (("contiguous", torch.contiguous_format), ("channels_last", torch.channels_last)):
+        infer, train = _network_steps(config, n_actions, device, frames, memory_format, generator)
+        out[f"infer_sps_{layout}"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
+        out[f"train_sps_{layout}"] = timed_rate(train, config.minibatch_size, duration, warmup, sync=sync)["rate"]
+    out["infer_sps"] = max(out["infer_sps_contiguous"], out["infer_sps_channels_last"])
+    out["train_sps"] = max(out["train_sps_contiguous"], out["train_sps_channels_last"])
+    out["infer_memory_format"] = max(("contiguous", "channels_last"), key=lambda k: out[f"infer_sps_{k}"])
+    out["train_memory_format"] = max(("contiguous", "channels_last"), key=lambda k: out[f"train_sps_{k}"])
+    return out
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
+                  log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:
+    device = resolve_device(config.device)
+    started = time.perf_counter()
+    result: dict[str, Any] = {}
+    log(f"[1/3] ale-py AtariVectorEnv, {config.n_envs} envs, {os.cpu_count()} threads …")
+    result.update(measure_ale_vector(config, duration))
+    log(f"[2/3] PipePool ({config.n_workers} workers × {config.envs_per_worker} envs) and the trainer on {device} …")
+    result.update(measure_pool_and_trainer(config, device, duration, warmup_updates))
+    log("[3/3] network alone (pool closed) …")
+    result.update(measure_network(config, result["n_actions"], device, duration))
+
+    result["bound_sps"] = bound_sps(result["ale_vector_sps"], result["infer_sps"], result["train_sps"],
+                                    config.epochs, device.type)
+    result["loop_fraction_of_bound"] = result["loop_sps"] / result["bound_sps"]
+    result["pool_fraction_of_ale"] = result["pool_env_sps"] / result["ale_vector_sps"]
+    result["trainer_peak_rss_mb"] = _status_kb("self", "VmHWM") / 1024
+    result["trainer_rss_mb"] = _status_kb("self", "VmRSS") / 1024
+    result.update(
+        device=str(device),
+        device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
+                     else platform.processor() or platform.machine()),
+        cpu_count=os.cpu_count(),
+        torch_version=torch.__version__,
+        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        duration_s=duration,
+        warmup_updates=warmup_updates,
+        benchmark_wall_s=time.perf_counter() - started,
+        config={"game": config.game, "n_workers": config.n_workers, "envs_per_worker": config.envs_per_worker,
+                "n_envs": config.n_envs, "worker_steps": config.worker_steps, "batch_size": config.batch_size,
+                "epochs": config.epochs, "minibatches": config.minibatches, "minibatch_size": config.minibatch_size,
+                "device": config.device, "torch_threads": config.torch_threads},
+        backend="local",
+    )
+    return result
+
+
+def format_table(r: dict[str, Any]) -> str:
+    c = r["config"]
+    rows = [
+        ("ale_vector_sps", f"ale-py AtariVectorEnv, {c['n_envs']} envs, {r['ale_vector_threads']} threads"),
+        ("pool_env_sps", f"PipePool random actions, {c['n_workers']} workers × {c['envs_per_worker']} envs"),
+        ("infer_sps", f"forward at batch {c['n_envs']}, {r['torch_threads']} threads ({r['infer_memory_format']})"),
+        ("train_sps", f"fwd+bwd+Adam at minibatch {c['minibatch_size']} ({r['train_memory_format']})"),
+        ("sample_sps", "Trainer.collect (rollout with inference)"),
+        ("update_sps", f"Trainer.optimize ({c['epochs']} epochs × {c['minibatches']} minibatches)"),
+        ("loop_sps", f"Trainer.step, {r['loop_updates_timed']} updates after {r['warmup_updates']} warm-up"),
+        ("bound_sps", f"limit from ale/infer/train on {r['device']}"),
+    ]
+    lines = [f"benchmark {r['date']}  device {r['device']}  cores {r['cpu_count']}  torch {r['torch_version']}",
+             f"config: {c['n_workers']} workers × {c['envs_per_worker']} envs, {c['worker_steps']} steps, "
+             f"batch {c['batch_size']}, {c['epochs']} epochs × {c['minibatches']} minibatches",
+             "", f"{'measure':<16}{'agent steps/s':>14}  what"]
+    lines += [f"{key:<16}{r[key]:>14,.1f}  {what}" for key, what in rows]
+    lines += [
+        "",
+        f"loop / bound      {r['loop_fraction_of_bound']:.1%}",
+        f"pool / ale-py     {r['pool_fraction_of_ale']:.1%}   (pipe round trip {r['pool_roundtrip_us']:.0f} µs)",
+        f"memory (MB)       trainer peak {r['trainer_peak_rss_mb']:.0f}, now {r['trainer_rss_mb']:.0f}; "
+        f"workers+forkserver peak {r['workers_peak_rss_mb']:.0f} (PSS {r['workers_pss_mb']:.0f})",
+        f"workers import torch: {r['workers_import_torch']}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def extra(parser: OneLineParser) -> None:
+        group = parser.add_argument_group("benchmark")
+        group.add_argument("--duration", type=float, default=10.0, metavar="SECONDS",
+                           help="seconds timed per measurement, after its warm-up")
+        group.add_argument("--warmup-updates", "--warmup_updates", dest="warmup_updates", type=int, default=1,
+                           metavar="N", help="whole updates run before the trainer's phases are timed")
+
+    description = "Measure env, network and training-loop speed against this machine's limits."
+    config, args, _ = parse_config(argv, PROG, description, extra)
+    if not (math.isfinite(args.duration) and args.duration > 0):
+        fail(f"--duration {args.duration}: expected a finite number > 0")
+    if args.warmup_updates < 0:
+        fail(f"--warmup-updates {args.warmup_updates}: expected an integer ≥ 0")
+    result = run_benchmark(config, args.duration, args.warmup_updates)
+    print(format_table(result))
+    print(json.dumps(result, sort_keys=True), flush=True)
+    return 0
+
+
+__all__ = ["JSON_KEYS", "RATE_KEYS", "bound_sps", "main", "run_benchmark"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""`python -m experiments.benchmark` end to end: the real command, tiny settings, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from experiments.benchmark import JSON_KEYS, RATE_KEYS, bound_sps
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--n-workers", "2", "--worker-steps", "8", "--epochs", "2", "--minibatches", "2",
+        "--duration", "0.5", "--warmup-updates", "1", "--device", "cpu"]
+
+
+def _run(args: list[str], marker: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    # The marker is inherited by every process the command starts (forkserver, workers, resource
+    # tracker), so any that outlive it can be found afterwards, wherever they were reparented.
+    env = {**os.environ, "BENCHMARK_TEST_MARKER": marker, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "experiments.benchmark", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    needle = f"BENCHMARK_TEST_MARKER={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
+
+
+def _children_of(pid: int) -> list[int]:
+    try:
+        import psutil
+    except ImportError:
+        children = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if parent == pid:
+                children.append(int(entry))
+        return children
+    return [p.pid for p in psutil.Process(pid).children()]
+
+
+def _assert_nothing_left(marker: str, children_before: set[int]) -> None:
+    deadline = time.monotonic() + 10.0  # the forkserver and tracker exit once they see EOF
+    while True:
+        left = _processes_with(marker)
+        new_children = set(_children_of(os.getpid())) - children_before
+        if not left and not new_children:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"processes left behind: marked {left}, children of the test {sorted(new_children)}")
+        time.sleep(0.1)
+
+
+def test_benchmark_prints_consistent_json_and_leaves_no_process() -> None:
+    marker = uuid.uuid4().hex
+    before = set(_children_of(os.getpid()))
+    started = time.monotonic()
+    result = _run(TINY, marker, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) > 1, "expected a table before the JSON line"
+    data = json.loads(lines[-1])
+
+    missing = [k for k in JSON_KEYS if k not in data]
+    assert not missing, f"missing keys {missing}"
+    for key in RATE_KEYS:
+        assert isinstance(data[key], float) and math.isfinite(data[key]) and data[key] > 0, (key, data[key])
+
+    config = data["config"]
+    assert (config["n_workers"], config["envs_per_worker"], config["worker_steps"], config["epochs"],
+            config["minibatches"]) == (2, 1, 8, 2, 2)
+    assert data["backend"] == "local"
+    assert data["device"] == "cpu"
+    assert data["torch_threads"] == os.cpu_count()
+    assert data["workers_import_torch"] is False
+
+    # The bound, recomputed from the printed rates (CPU: env, inference and training share the cores).
+    expected = 1 / (1 / data["ale_vector_sps"] + 1 / data["infer_sps"] + config["epochs"] / data["train_sps"])
+    assert data["bound_sps"] == pytest.approx(expected, rel=1e-9)
+    assert data["bound_sps"] == pytest.approx(bound_sps(data["ale_vector_sps"], data["infer_sps"],
+                                                        data["train_sps"], config["epochs"], "cpu"))
+    assert data["loop_fraction_of_bound"] == pytest.approx(data["loop_sps"] / data["bound_sps"])
+    assert data["pool_fraction_of_ale"] == pytest.approx(data["pool_env_sps"] / data["ale_vector_sps"])
+    assert data["infer_sps"] == max(data["infer_sps_contiguous"], data["infer_sps_channels_last"])
+    assert data["train_sps"] == max(data["train_sps_contiguous"], data["train_sps_channels_last"])
+
+    # Memory: the trainer and the workers (2 workers + the forkserver) were all measured.
+    assert data["trainer_peak_rss_mb"] >= data["trainer_rss_mb"] > 0
+    assert data["workers_peak_rss_mb"] >= data["workers_rss_mb"] > 0
+    assert data["worker_processes"] == 3
+
+    _assert_nothing_left(marker, before)
+    assert time.monotonic() - started < 90
+
+
+def test_bound_with_a_gpu_overlaps_env_and_inference() -> None:
+    assert bound_sps(1000.0, 4000.0, 2000.0, 4, "cuda") == pytest.approx(1 / (1 / 1000 + 4 / 2000))
+    assert bound_sps(1000.0, 500.0, 2000.0, 4, "cuda") == pytest.approx(1 / (1 / 500 + 4 / 2000))
+    assert bound_sps(1000.0, 4000.0, 2000.0, 4, "cpu") == pytest.approx(1 / (1 / 1000 + 1 / 4000 + 4 / 2000))
+
+
+@pytest.mark.parametrize("args", [["--duration", "-1"], ["--duration", "0"], ["--duration", "nan"],
+                                  ["--duration", "soon"], ["--warmup-updates", "-2"], ["--n-workers", "0"]])
+def test_bad_input_is_one_line_and_exit_2(args: list[str]) -> None:
+    marker = uuid.uuid4().hex
+    result = _run(args, marker, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert not _processes_with(marker)
