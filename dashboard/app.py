@@ -31,7 +31,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .assets import VENDOR_ROUTE, VendorAssets, vendor_folders
-from .hyperparams import HyperParamError, HyperParamStore, dynamic_specs, validate_changes
+from .hyperparams import HyperParamError, HyperParamStore, dynamic_specs, reported_values, validate_changes
 
 OWN_STATIC = Path(__file__).parent / 'static'
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -225,7 +225,8 @@ def create_app(settings: DashboardSettings) -> FastAPI:
         rank = _query_int(request, 'rank')
         world_size = _query_int(request, 'world_size')
         main_rank = _query_int(request, 'main_rank')
-        _check_packets(await _json_body(request))  # the stock handler re-reads the cached body
+        packets = await _json_body(request)  # the stock handler re-reads the cached body
+        _check_packets(packets)
         if project_db.get_project(labml_token) is None:
             # The hosted app told unknown tokens to register; locally any token (such as the
             # documented 'default') files the run under the token-less "float" project, and
@@ -238,6 +239,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
             r = run_db.get(run_uuid)
             if r is not None and not r.is_claimed:
                 await handlers.claim_run(request, run_uuid=run_uuid)
+            hp_store.set_reported(run_uuid, reported_values(packets))
             # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
             res['dynamic'] = hp_store.take_pending(run_uuid)
         await asyncio.sleep(TRACK_THROTTLE_S)
@@ -253,8 +255,10 @@ def create_app(settings: DashboardSettings) -> FastAPI:
         params = {}
         for key, spec in sorted(specs.items()):
             params[key] = {**spec.to_json(),
+                           # the last value the dashboard sent, else the run's default
                            'current': state['delivered'].get(key, spec.default),
-                           'pending': state['pending'].get(key)}
+                           'pending': state['pending'].get(key),
+                           'reported': state['reported'].get(key)}
         return {'run_uuid': run_uuid, 'name': r.name, 'params': params}
 
     async def get_hyperparams(request: Request, run_uuid: str) -> Dict[str, Any]:

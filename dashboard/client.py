@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 DEFAULT_DASHBOARD_URL = 'http://127.0.0.1:5005'
 
@@ -80,7 +80,11 @@ def finish_app_tracking(timeout_s: float = 30.0) -> bool:
 
 
 class DashboardError(RuntimeError):
-    """The dashboard refused a request or could not be reached; the message says why."""
+    """The dashboard refused a request (`status` is its HTTP code) or could not be reached (None)."""
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def run_url(dashboard_url: str, run_uuid: str) -> str:
@@ -104,7 +108,7 @@ def _request(req: urllib.request.Request, timeout_s: float) -> Dict[str, Any]:
             message = json.loads(e.read().decode('utf-8'))['error']
         except (ValueError, KeyError, TypeError):
             message = f'HTTP {e.code} {e.reason}'
-        raise DashboardError(message) from None
+        raise DashboardError(message, e.code) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, 'reason', e)
         raise DashboardError(f'cannot reach the dashboard at {req.full_url}: {reason}') from None

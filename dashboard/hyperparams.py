@@ -97,11 +97,34 @@ def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> Dic
     return accepted
 
 
+def reported_values(packets: Any) -> Dict[str, Number]:
+    """The latest `hp.<key>` values a run tracked, from the packets of one `/track` request.
+
+    labml tracks a dynamic hyperparameter as `hp.<key>` whenever the run reads it;
+    labml-app drops `hp.*` series from its charts, so the dashboard keeps the last value.
+    (labml may average values within one send, so this is the mean over its last window.)
+    """
+    found: Dict[str, Number] = {}
+    for packet in packets if isinstance(packets, list) else [packets]:
+        track = packet.get('track') if isinstance(packet, dict) else None
+        if not isinstance(track, dict):
+            continue
+        for name, series in track.items():
+            if not (isinstance(name, str) and name.startswith('hp.') and isinstance(series, dict)):
+                continue
+            values = series.get('value')
+            if isinstance(values, list) and values and isinstance(values[-1], (int, float)) \
+                    and not isinstance(values[-1], bool):
+                found[name[len('hp.'):]] = values[-1]
+    return found
+
+
 class HyperParamStore:
-    """Pending and last delivered values per run, persisted as one JSON file.
+    """Pending, delivered and reported values per run, persisted as one JSON file.
 
     Pending changes survive a dashboard restart; they are handed out once, with the
     run's next `/track` response, and then become the run's "delivered" values.
+    "Reported" values are what the run last tracked as `hp.<key>`.
     """
 
     def __init__(self, path: Path) -> None:
@@ -122,7 +145,10 @@ class HyperParamStore:
         atomic_write(self._path, json.dumps(self._runs, indent=1, sort_keys=True).encode('utf-8'))
 
     def _run(self, run_uuid: str) -> Dict[str, Dict[str, Number]]:
-        return self._runs.setdefault(run_uuid, {'pending': {}, 'delivered': {}})
+        entry = self._runs.setdefault(run_uuid, {})
+        for part in ('pending', 'delivered', 'reported'):
+            entry.setdefault(part, {})
+        return entry
 
     def add_pending(self, run_uuid: str, values: Mapping[str, Number]) -> Dict[str, Number]:
         with self._lock:
@@ -132,8 +158,8 @@ class HyperParamStore:
 
     def take_pending(self, run_uuid: str) -> Dict[str, Number]:
         with self._lock:
-            entry = self._runs.get(run_uuid)
-            if not entry or not entry['pending']:
+            entry = self._run(run_uuid)
+            if not entry['pending']:
                 return {}
             pending = entry['pending']
             entry['delivered'].update(pending)
@@ -141,7 +167,14 @@ class HyperParamStore:
             self._save()
             return pending
 
+    def set_reported(self, run_uuid: str, values: Mapping[str, Number]) -> None:
+        with self._lock:
+            reported = self._run(run_uuid)['reported']
+            if any(reported.get(k) != v for k, v in values.items()):
+                reported.update(values)
+                self._save()
+
     def get(self, run_uuid: str) -> Dict[str, Dict[str, Number]]:
         with self._lock:
-            entry = self._runs.get(run_uuid, {'pending': {}, 'delivered': {}})
-            return {'pending': dict(entry['pending']), 'delivered': dict(entry['delivered'])}
+            entry = self._runs.get(run_uuid, {})
+            return {part: dict(entry.get(part, {})) for part in ('pending', 'delivered', 'reported')}

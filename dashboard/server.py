@@ -6,6 +6,7 @@ import contextlib
 import signal
 import socket
 import sys
+import warnings
 from pathlib import Path
 from types import FrameType
 from typing import Iterator, List, Optional
@@ -109,6 +110,8 @@ def serve(*, host: str, port: int, data_dir: Path, mongo_url: Optional[str], ass
             print(f'Store: {store}\n'
                   f'Point labml at it: labml_app_url={url}/api/v1/default\n'
                   f'Live hyperparameters of a run: {url}/hyperparams/RUN_UUID', flush=True)
+            # labml-app's analyses average empty series on fresh runs; numpy warns each time.
+            warnings.filterwarnings('ignore', category=RuntimeWarning, module=r'numpy\.')
             config = uvicorn.Config(app, log_level='warning', lifespan='off',
                                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
             _Server(config, url).run(sockets=[sock])

@@ -52,10 +52,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         port = _port(args.port)
     except ValueError:
         usage_error(prog, f'--port {args.port!r}: expected an integer from 1 to 65535')
+    if args.host == 'localhost':
+        args.host = '127.0.0.1'
     try:
         socket.getaddrinfo(args.host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
     except (socket.gaierror, UnicodeError):
-        usage_error(prog, f'--host {args.host!r}: expected a numeric IP address such as 127.0.0.1')
+        usage_error(prog, f'--host {args.host!r}: expected localhost or a numeric IP address such as 127.0.0.1')
     if args.mongo is not None and not args.mongo.startswith(('mongodb://', 'mongodb+srv://')):
         usage_error(prog, f'--mongo {args.mongo!r}: expected a URL starting with mongodb:// or mongodb+srv://')
     paths = {}

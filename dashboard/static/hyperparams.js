@@ -1,0 +1,100 @@
+// The live-hyperparameter page: /hyperparams/RUN_UUID, backed by /api/v1/hyperparams/RUN_UUID.
+'use strict';
+
+const runUuid = decodeURIComponent(location.pathname.split('/').filter(Boolean).pop() || '');
+const api = `/api/v1/hyperparams/${encodeURIComponent(runUuid)}`;
+const message = document.getElementById('message');
+const tbody = document.getElementById('params');
+
+function show(text, kind) {
+    message.textContent = text;
+    message.className = kind;
+}
+
+function cell(text, cls) {
+    const td = document.createElement('td');
+    td.textContent = text;
+    if (cls) td.className = cls;
+    return td;
+}
+
+function render(data) {
+    document.getElementById('run-name').textContent = `${data.name} (${data.run_uuid})`;
+    document.getElementById('run-link').href = `/run/${encodeURIComponent(data.run_uuid)}`;
+    const typed = document.activeElement && document.activeElement.name;  // keep what the user is typing
+    const drafts = {};
+    for (const input of tbody.querySelectorAll('input')) drafts[input.name] = input.value;
+    tbody.replaceChildren();
+    const names = Object.keys(data.params);
+    if (names.length === 0) {
+        const tr = document.createElement('tr');
+        tr.appendChild(cell('This run has no dynamic hyperparameters.'));
+        tbody.appendChild(tr);
+    }
+    for (const name of names) {
+        const p = data.params[name];
+        const tr = document.createElement('tr');
+        tr.appendChild(cell(name));
+        tr.appendChild(cell(p.type));
+        tr.appendChild(cell(`[${p.range[0]}, ${p.range[1]}]`, 'num'));
+        tr.appendChild(cell(String(p.current), 'num'));
+        tr.appendChild(cell(p.reported === null ? '' : String(p.reported), 'num'));
+        tr.appendChild(cell(p.pending === null ? '' : String(p.pending), 'num'));
+        const td = document.createElement('td');
+        const input = document.createElement('input');
+        input.name = name;
+        input.type = 'text';
+        input.inputMode = 'decimal';
+        input.placeholder = String(p.current);
+        input.value = drafts[name] || '';
+        td.appendChild(input);
+        tr.appendChild(td);
+        tbody.appendChild(tr);
+        if (name === typed) input.focus();
+    }
+}
+
+async function load() {
+    const response = await fetch(api);
+    const data = await response.json();
+    if (!response.ok) throw new Error(data.error || response.statusText);
+    render(data);
+}
+
+document.getElementById('form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const values = {};
+    for (const input of tbody.querySelectorAll('input')) {
+        if (input.value.trim() === '') continue;
+        const value = Number(input.value.trim());
+        if (!Number.isFinite(value)) {
+            show(`${input.name}: "${input.value}" is not a number`, 'error');
+            return;
+        }
+        values[input.name] = value;
+    }
+    if (Object.keys(values).length === 0) {
+        show('Enter a new value first.', 'error');
+        return;
+    }
+    const response = await fetch(api, {
+        method: 'POST',
+        headers: {'Content-Type': 'application/json'},
+        body: JSON.stringify(values),
+    });
+    const data = await response.json();
+    if (!response.ok) {
+        show(data.error || response.statusText, 'error');
+        return;
+    }
+    for (const input of tbody.querySelectorAll('input')) input.value = '';
+    show(`Queued ${JSON.stringify(data.pending)}; the run picks it up with its next update.`, 'ok');
+    await load();
+});
+
+function refresh() {
+    load().catch((e) => show(String(e.message || e), 'error'));
+}
+
+refresh();
+setInterval(refresh, 3000);

@@ -1,0 +1,35 @@
+"""Fixtures: a dashboard per test module, a finished probe run, a process-leak check."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import pytest
+from dashboard_support import Dashboard, ProbeRun, descendants
+
+
+@pytest.fixture
+def no_leftover_processes() -> Iterator[None]:
+    yield
+    left = descendants(os.getpid())
+    assert not left, f'processes left behind: {left}'
+
+
+@pytest.fixture(scope='module')
+def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    d = Dashboard(tmp_path_factory.mktemp('dashboard-data'))
+    try:
+        yield d.wait_ready()
+    finally:
+        d.kill()
+
+
+@pytest.fixture(scope='module')
+def finished_run(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A short probe run that has sent everything to the module's dashboard."""
+    probe = ProbeRun(tmp_path_factory.mktemp('probe'), f'{dashboard.url}/api/v1/default', '12')
+    run_uuid = probe.run_uuid()
+    assert probe.wait() == 0, probe.output
+    assert 'FINISHED delivered=True' in probe.output, probe.output
+    return run_uuid

@@ -1,0 +1,168 @@
+"""Test helpers: a real dashboard subprocess on a free port, real labml runs against it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE = Path(__file__).with_name('probe_run.py')
+# Generous safety nets so a broken build fails instead of hanging; no test asserts speed.
+STARTUP_LIMIT_S = 60.0
+RUN_LIMIT_S = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def child_env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env['PYTHONPATH'] = str(REPO) + os.pathsep + env.get('PYTHONPATH', '')
+    env['PYTHONUNBUFFERED'] = '1'
+    env.pop('labml_app_url', None)
+    return env
+
+
+def descendants(pid: int) -> List[int]:
+    """Live descendants of `pid`, from /proc (zombies count: they were not reaped)."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f'/proc/{entry}/stat').read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(')', 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found: List[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class Process:
+    """A subprocess whose merged stdout/stderr is collected line by line in the background."""
+
+    def __init__(self, args: List[str], *, cwd: Path, env: Optional[Dict[str, str]] = None) -> None:
+        self.args = args
+        self.proc = subprocess.Popen(args, cwd=cwd, env=env or child_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors='replace',
+                                     start_new_session=True)
+        self.lines: List[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip('\n'))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        return '\n'.join(self.lines)
+
+    def wait_for_line(self, predicate: Callable[[str], bool], limit_s: float = RUN_LIMIT_S) -> str:
+        """The first output line matching `predicate`; fails if the process ends without one."""
+        with self._changed:
+            ok = self._changed.wait_for(
+                lambda: any(predicate(x) for x in self.lines) or not self._reader.is_alive(), limit_s)
+            for line in self.lines:
+                if predicate(line):
+                    return line
+        state = 'still running' if ok is False else f'exited with {self.proc.poll()}'
+        raise AssertionError(f'{self.args[1:3]} {state} without the expected line; output:\n{self.output}')
+
+    def wait(self, limit_s: float = RUN_LIMIT_S) -> int:
+        try:
+            rc = self.proc.wait(limit_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f'{self.args[1:3]} did not exit; output:\n{self.output}') from None
+        self._reader.join(10)
+        return rc
+
+    def terminate(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait(30)
+
+    def kill(self) -> None:
+        """SIGKILL the whole session (the process and anything it started)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+class Dashboard(Process):
+    def __init__(self, data_dir: Path, port: Optional[int] = None) -> None:
+        self.port = port or free_port()
+        self.data_dir = data_dir
+        self.url = f'http://127.0.0.1:{self.port}'
+        super().__init__([sys.executable, '-m', 'experiments.dashboard', '--port', str(self.port),
+                          '--data', str(data_dir)], cwd=REPO)
+
+    def wait_ready(self) -> 'Dashboard':
+        self.wait_for_line(lambda line: line.startswith('Dashboard running at'), STARTUP_LIMIT_S)
+        return self
+
+    def request(self, method: str, path: str, body: Any = None, *, raw: Optional[bytes] = None,
+                headers: Optional[Dict[str, str]] = None) -> Tuple[int, Any]:
+        """(status, parsed JSON or text); never raises for HTTP error statuses."""
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        hdrs = {'Content-Type': 'application/json'} if data is not None else {}
+        hdrs.update(headers or {})
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=hdrs)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as response:
+                status, content = response.status, response.read()
+        except urllib.error.HTTPError as e:
+            status, content = e.code, e.read()
+        text = content.decode('utf-8', 'replace')
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+
+class ProbeRun(Process):
+    """tests/dashboard/probe_run.py as a labml project of its own, sending to `app_url`."""
+
+    def __init__(self, folder: Path, app_url: str, *args: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PROBE, folder / PROBE.name)
+        # app_open_browser: labml would otherwise open the run page in a browser.
+        (folder / '.labml.yaml').write_text(f'app_url: {app_url}\napp_open_browser: false\n'
+                                            f'check_repo_dirty: false\n')
+        super().__init__([sys.executable, str(folder / PROBE.name), *args], cwd=folder)
+
+    def run_uuid(self) -> str:
+        return self.wait_for_line(lambda line: line.startswith('RUN_UUID=')).split('=', 1)[1].strip()
+
+
+def run_tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-m', *args], cwd=REPO, env=child_env(), capture_output=True,
+                          text=True, timeout=RUN_LIMIT_S)
