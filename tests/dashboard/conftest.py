@@ -11,9 +11,11 @@ from dashboard_support import Dashboard, ProbeRun, descendants
 
 @pytest.fixture
 def no_leftover_processes() -> Iterator[None]:
+    """Fails the test if it leaves any process behind (fixtures from outside it excepted)."""
+    before = set(descendants(os.getpid()))
     yield
-    left = descendants(os.getpid())
-    assert not left, f'processes left behind: {left}'
+    left = set(descendants(os.getpid())) - before
+    assert not left, f'processes left behind: {sorted(left)}'
 
 
 @pytest.fixture(scope='module')
