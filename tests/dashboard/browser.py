@@ -1,0 +1,118 @@
+"""Drive headless Chromium over its DevTools pipe (`--remote-debugging-pipe`): no extra packages.
+
+`--dump-dom` serialises the page before labml-app's cards have drawn (they render on
+animation frames, which a DOM dump never runs), so the test talks to the browser
+instead: load the page, wait until a condition holds in the page, then read the DOM
+and take a screenshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Dict, Optional, Type
+
+CHROMIUM = Path('/usr/bin/chromium')
+FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+         '--disable-background-networking', '--disable-component-update', '--disable-sync',
+         '--disable-dev-shm-usage', '--remote-debugging-pipe']
+
+
+class Browser:
+    def __init__(self, user_data_dir: Path, width: int = 1280, height: int = 1400) -> None:
+        to_browser_r, self._to_browser = os.pipe()
+        self._from_browser, from_browser_w = os.pipe()
+
+        def wire_pipes() -> None:
+            # Chromium reads commands on fd 3 and writes replies on fd 4.
+            os.dup2(to_browser_r, 3)
+            os.dup2(from_browser_w, 4)
+
+        self.proc = subprocess.Popen(
+            [str(CHROMIUM), *FLAGS, f'--user-data-dir={user_data_dir}', f'--window-size={width},{height}',
+             'about:blank'],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(3, 4, to_browser_r, from_browser_w), preexec_fn=wire_pipes, start_new_session=True)
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        self._buffer = b''
+        self._next_id = 0
+        self._session: Optional[str] = None
+        target = self.call('Target.createTarget', {'url': 'about:blank'})['targetId']
+        self._session = self.call('Target.attachToTarget', {'targetId': target, 'flatten': True})['sessionId']
+        self.call('Emulation.setDeviceMetricsOverride',
+                  {'width': width, 'height': height, 'deviceScaleFactor': 1, 'mobile': False})
+
+    def _read_message(self) -> Dict[str, Any]:
+        while b'\0' not in self._buffer:
+            chunk = os.read(self._from_browser, 1 << 16)
+            if not chunk:
+                raise RuntimeError(f'chromium closed its DevTools pipe (exit code {self.proc.poll()})')
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b'\0', 1)
+        return json.loads(message)
+
+    def call(self, method: str, params: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        self._next_id += 1
+        command: Dict[str, Any] = {'id': self._next_id, 'method': method, 'params': params or {}}
+        if self._session is not None and not method.startswith(('Target.', 'Browser.')):
+            command['sessionId'] = self._session
+        os.write(self._to_browser, json.dumps(command).encode() + b'\0')
+        while True:
+            message = self._read_message()
+            if message.get('id') == self._next_id:  # everything else is an event
+                if 'error' in message:
+                    raise RuntimeError(f'{method}: {message["error"]}')
+                return message['result']
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call('Runtime.evaluate', {'expression': expression, 'returnByValue': True})
+        return result['result'].get('value')
+
+    def load(self, url: str) -> None:
+        self.call('Page.navigate', {'url': url})
+
+    def wait_until(self, expression: str, limit_s: float) -> bool:
+        """Poll a JavaScript condition in the page; False if it never held within limit_s."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if self.evaluate(expression):
+                return True
+            time.sleep(0.2)
+        return False
+
+    def screenshot(self, path: Path) -> None:
+        data = self.call('Page.captureScreenshot', {'format': 'png'})['data']
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.call('Browser.close')
+        except (OSError, RuntimeError):
+            pass
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        # Chromium's helper processes share its session; leave none behind.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        os.close(self._to_browser)
+        os.close(self._from_browser)
+
+    def __enter__(self) -> 'Browser':
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.close()
