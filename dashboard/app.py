@@ -21,11 +21,13 @@ import json
 import logging
 import os
 import re
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,7 +42,7 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 TRACK_THROTTLE_S = 1.0
 RUN_UUID_RE = re.compile(r'^[0-9A-Za-z_-]{1,64}$')
 # Top-level keys of a labml client packet, with the JSON types labml-app assumes.
-PACKET_TYPES: Dict[str, tuple] = {
+PACKET_TYPES: dict[str, tuple] = {
     'configs': (dict,), 'track': (dict,), 'status': (dict,), 'stdout': (str,), 'stderr': (str,),
     'logger': (str,), 'time': (int, float), 'name': (str,), 'comment': (str,), 'tags': (list,),
     'indicators': (dict,), 'wildcard_indicators': (dict,), 'pid': (int,),
@@ -50,7 +52,7 @@ PACKET_TYPES: Dict[str, tuple] = {
 @dataclass
 class DashboardSettings:
     data_dir: Path
-    mongo_url: Optional[str]
+    mongo_url: str | None
     assets: VendorAssets
     host: str = '127.0.0.1'
     port: int = 5005
@@ -111,7 +113,7 @@ class BodySizeLimit:
         await error_response(413, f'request body is larger than {self.max_bytes} bytes')(scope, receive, send)
 
 
-def _safe_file(root: Path, rel: str) -> Optional[Path]:
+def _safe_file(root: Path, rel: str) -> Path | None:
     """`root/rel` if it is a file inside `root` (after resolving `..` and links), else None."""
     root = root.resolve()
     try:
@@ -170,6 +172,7 @@ def _load_labml_app(settings: DashboardSettings) -> Any:
     os.environ.setdefault('LABML_APP_SERVER_IP', settings.host)
     os.environ.setdefault('LABML_APP_SERVER_PORT', str(settings.port))
     from labml_app import db
+
     from . import store
 
     if settings.mongo_url is None:
@@ -219,7 +222,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     vendor = vendor_folders(settings.assets)
     index_html = _build_index(static_root, settings.assets)
 
-    async def track(request: Request, labml_token: str) -> Dict[str, Any]:
+    async def track(request: Request, labml_token: str) -> dict[str, Any]:
         """labml's client endpoint: the stock handler plus claiming and live hyperparameters."""
         run_uuid = request.query_params.get('run_uuid', '')
         rank = _query_int(request, 'rank')
@@ -232,7 +235,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
             # documented 'default') files the run under the token-less "float" project, and
             # it is claimed below.  Otherwise labml's client stops at the first reply.
             labml_token = labml_settings.FLOAT_PROJECT_TOKEN
-        res: Dict[str, Any] = await handlers._update_run(
+        res: dict[str, Any] = await handlers._update_run(
             request, labml_token, request.query_params.get('labml_version', ''),
             run_uuid, rank, world_size, main_rank)
         if not res.get('errors') and rank == main_rank:
@@ -245,15 +248,18 @@ def create_app(settings: DashboardSettings) -> FastAPI:
         await asyncio.sleep(TRACK_THROTTLE_S)
         return res
 
-    def _run_hyperparams(run_uuid: str) -> Dict[str, Any]:
+    def _get_run(run_uuid: str) -> Any:
         _check_run_uuid(run_uuid)
         r = run_db.get(run_uuid)
         if r is None:
             raise BadRequest(404, f'unknown run {run_uuid}')
-        specs = dynamic_specs(r.configs)
+        return r
+
+    async def get_hyperparams(request: Request, run_uuid: str) -> dict[str, Any]:
+        r = _get_run(run_uuid)
         state = hp_store.get(run_uuid)
         params = {}
-        for key, spec in sorted(specs.items()):
+        for key, spec in sorted(dynamic_specs(r.configs).items()):
             params[key] = {**spec.to_json(),
                            # the last value the dashboard sent, else the run's default
                            'current': state['delivered'].get(key, spec.default),
@@ -261,21 +267,16 @@ def create_app(settings: DashboardSettings) -> FastAPI:
                            'reported': state['reported'].get(key)}
         return {'run_uuid': run_uuid, 'name': r.name, 'params': params}
 
-    async def get_hyperparams(request: Request, run_uuid: str) -> Dict[str, Any]:
-        return _run_hyperparams(run_uuid)
-
-    async def set_hyperparams(request: Request, run_uuid: str) -> Dict[str, Any]:
+    async def set_hyperparams(request: Request, run_uuid: str) -> dict[str, Any]:
         # Requiring a JSON content type makes cross-site forms preflight (and fail CORS).
         if request.headers.get('content-type', '').split(';')[0].strip() != 'application/json':
             raise BadRequest(415, 'expected Content-Type: application/json')
-        info = _run_hyperparams(run_uuid)
-        r = run_db.get(run_uuid)
+        r = _get_run(run_uuid)
         try:
             accepted = validate_changes(dynamic_specs(r.configs), await _json_body(request))
         except HyperParamError as e:
             raise BadRequest(422, str(e)) from None
-        pending = hp_store.add_pending(run_uuid, accepted)
-        return {'run_uuid': info['run_uuid'], 'pending': pending}
+        return {'run_uuid': run_uuid, 'pending': hp_store.add_pending(run_uuid, accepted)}
 
     async def hyperparams_page(request: Request, run_uuid: str) -> Response:
         _check_run_uuid(run_uuid)
@@ -309,7 +310,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
         return FileResponse(path)
 
     stock_replaced = {flask_app.index, flask_app.send_js, handlers.update_run}
-    stock_routes: List[BaseRoute] = [r for r in app.router.routes
+    stock_routes: list[BaseRoute] = [r for r in app.router.routes
                                      if getattr(r, 'endpoint', None) not in stock_replaced]
     own_routes = [
         Route('/api/v1/{labml_token}/track', _json_endpoint(track), methods=['POST']),
@@ -328,6 +329,11 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     # ours answers bad input with a 4xx and logs real failures on the server only.
     app.user_middleware[:] = [m for m in app.user_middleware
                               if m.kwargs.get('dispatch') is not flask_app.error_handling_middleware]
+    # labml-app lets https://app.labml.ai make credentialed requests; a local dashboard that
+    # can change a training run's hyperparameters should only trust its own pages.
+    for middleware in app.user_middleware:
+        if middleware.cls is CORSMiddleware:
+            middleware.kwargs['allow_origins'] = [f'http://{settings.host}:{settings.port}']
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_exception_handler(_BodyTooLarge, lambda request, exc: error_response(
         413, f'request body is larger than {settings.max_body_bytes} bytes'))

@@ -18,7 +18,6 @@ import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 REGISTRY = 'https://registry.npmjs.org'
 
@@ -28,7 +27,7 @@ class VendorPackage:
     name: str  # npm name
     version: str
     integrity: str  # npm `dist.integrity` (sha512, base64)
-    files: Tuple[str, ...]  # paths inside the package; a trailing '/' takes a whole folder
+    files: tuple[str, ...]  # paths inside the package; a trailing '/' takes a whole folder
     cdn_url: str  # what labml-app's index.html references
     local_path: str  # the file, relative to the package's local folder, that replaces cdn_url
 
@@ -42,7 +41,7 @@ class VendorPackage:
 
 
 # d3.v6.min.js on d3js.org is the last 6.x release.
-PACKAGES: Tuple[VendorPackage, ...] = (
+PACKAGES: tuple[VendorPackage, ...] = (
     VendorPackage('d3', '6.7.0',
                   'sha512-hNHRhe+yCDLUG6Q2LwvR/WdNFPOJQ5VWqsJcwIYVeI401+d2/rrCjxSXkiAdIlpx7/73eApFB4Olsmh3YN7a6g==',
                   ('dist/d3.min.js',),
@@ -83,7 +82,7 @@ def _download(url: str, timeout_s: float) -> bytes:
     return data
 
 
-def _wanted(pkg: VendorPackage, member: tarfile.TarInfo) -> Optional[str]:
+def _wanted(pkg: VendorPackage, member: tarfile.TarInfo) -> str | None:
     """The member's path inside the package if it is one of the files we keep."""
     # npm tarballs put everything under 'package/'.
     if not member.isfile() or not member.name.startswith('package/'):
@@ -129,8 +128,8 @@ def _install(pkg: VendorPackage, tarball: bytes, cache_dir: Path) -> None:
 class VendorAssets:
     """Which packages are available locally, and why the others are not."""
     cache_dir: Path
-    available: List[VendorPackage]
-    errors: List[str]
+    available: list[VendorPackage]
+    errors: list[str]
 
     def rewrite_index(self, html: str) -> str:
         """labml-app's index.html with CDN URLs pointing at the local copies.
@@ -149,8 +148,8 @@ def ensure_assets(cache_dir: Path, *, timeout_s: float = 20.0) -> VendorAssets:
     Never raises for network or registry problems: those end up in `errors`, and the
     page then keeps the CDN URL for that package (which works where there is internet).
     """
-    available: List[VendorPackage] = []
-    errors: List[str] = []
+    available: list[VendorPackage] = []
+    errors: list[str] = []
     for pkg in PACKAGES:
         if not (cache_dir / pkg.folder / pkg.local_path).is_file():
             try:
@@ -164,5 +163,5 @@ def ensure_assets(cache_dir: Path, *, timeout_s: float = 20.0) -> VendorAssets:
     return VendorAssets(cache_dir, available, errors)
 
 
-def vendor_folders(assets: VendorAssets) -> Dict[str, Path]:
+def vendor_folders(assets: VendorAssets) -> dict[str, Path]:
     return {pkg.folder: assets.cache_dir / pkg.folder for pkg in assets.available}

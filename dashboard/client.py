@@ -14,14 +14,15 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any
 
 DEFAULT_DASHBOARD_URL = 'http://127.0.0.1:5005'
 
-Number = Union[int, float]
+Number = int | float
 
 
-def _app_track_threads() -> List[threading.Thread]:
+def _app_track_threads() -> list[threading.Thread]:
     from labml.internal.app import _AppTrackThread
 
     return [t for t in threading.enumerate() if isinstance(t, _AppTrackThread) and t.is_alive()]
@@ -82,7 +83,7 @@ def finish_app_tracking(timeout_s: float = 30.0) -> bool:
 class DashboardError(RuntimeError):
     """The dashboard refused a request (`status` is its HTTP code) or could not be reached (None)."""
 
-    def __init__(self, message: str, status: Optional[int] = None) -> None:
+    def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
 
@@ -99,7 +100,7 @@ def _api(dashboard_url: str, run_uuid: str) -> str:
     return f'{dashboard_url.rstrip("/")}/api/v1/hyperparams/{urllib.parse.quote(run_uuid, safe="")}'
 
 
-def _request(req: urllib.request.Request, timeout_s: float) -> Dict[str, Any]:
+def _request(req: urllib.request.Request, timeout_s: float) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as response:
             return json.loads(response.read().decode('utf-8'))
@@ -116,13 +117,13 @@ def _request(req: urllib.request.Request, timeout_s: float) -> Dict[str, Any]:
         raise DashboardError(f'{req.full_url} did not answer with JSON: {e}') from None
 
 
-def get_hyperparams(dashboard_url: str, run_uuid: str, *, timeout_s: float = 10.0) -> Dict[str, Any]:
+def get_hyperparams(dashboard_url: str, run_uuid: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
     """The run's dynamic hyperparameters: {'run_uuid', 'name', 'params': {key: {...}}}."""
     return _request(urllib.request.Request(_api(dashboard_url, run_uuid)), timeout_s)
 
 
 def set_hyperparams(dashboard_url: str, run_uuid: str, values: Mapping[str, Number], *,
-                    timeout_s: float = 10.0) -> Dict[str, Number]:
+                    timeout_s: float = 10.0) -> dict[str, Number]:
     """Queue new values for the run; they reach it with its next update. Returns all pending values."""
     req = urllib.request.Request(_api(dashboard_url, run_uuid), method='POST',
                                  data=json.dumps(dict(values)).encode('utf-8'),

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any
 
 from .store import atomic_write
 
-Number = Union[int, float]
+Number = int | float
 
 
 class HyperParamError(ValueError):
@@ -33,7 +34,7 @@ class DynamicParamSpec:
     low: Number
     high: Number
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {'type': self.dynamic_type, 'default': self.default, 'range': [self.low, self.high]}
 
     def coerce(self, value: Any) -> Number:
@@ -57,7 +58,7 @@ class DynamicParamSpec:
         return 'an integer' if self.dynamic_type == 'int' else 'a number'
 
 
-def _spec_from_computed(key: str, computed: Any) -> Optional[DynamicParamSpec]:
+def _spec_from_computed(key: str, computed: Any) -> DynamicParamSpec | None:
     if not isinstance(computed, dict) or computed.get('type') != 'DynamicSchedule':
         return None
     dynamic_type = computed.get('dynamic_type')
@@ -70,9 +71,9 @@ def _spec_from_computed(key: str, computed: Any) -> Optional[DynamicParamSpec]:
     return DynamicParamSpec(key=key, dynamic_type=dynamic_type, default=default, low=rng[0], high=rng[1])
 
 
-def dynamic_specs(run_configs: Mapping[str, Any]) -> Dict[str, DynamicParamSpec]:
+def dynamic_specs(run_configs: Mapping[str, Any]) -> dict[str, DynamicParamSpec]:
     """The dynamic hyperparameters declared in a labml-app `Run.configs` mapping."""
-    specs: Dict[str, DynamicParamSpec] = {}
+    specs: dict[str, DynamicParamSpec] = {}
     for key, config in run_configs.items():
         if not isinstance(config, dict):
             continue
@@ -84,11 +85,11 @@ def dynamic_specs(run_configs: Mapping[str, Any]) -> Dict[str, DynamicParamSpec]
     return specs
 
 
-def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> Dict[str, Number]:
+def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> dict[str, Number]:
     """Check a whole request; either every change is valid or nothing is accepted."""
     if not isinstance(changes, dict) or not changes:
         raise HyperParamError('expected a non-empty JSON object {"name": value, ...}')
-    accepted: Dict[str, Number] = {}
+    accepted: dict[str, Number] = {}
     for key, value in changes.items():
         if key not in specs:
             known = ', '.join(sorted(specs)) or 'none'
@@ -97,14 +98,14 @@ def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> Dic
     return accepted
 
 
-def reported_values(packets: Any) -> Dict[str, Number]:
+def reported_values(packets: Any) -> dict[str, Number]:
     """The latest `hp.<key>` values a run tracked, from the packets of one `/track` request.
 
     labml tracks a dynamic hyperparameter as `hp.<key>` whenever the run reads it;
     labml-app drops `hp.*` series from its charts, so the dashboard keeps the last value.
     (labml may average values within one send, so this is the mean over its last window.)
     """
-    found: Dict[str, Number] = {}
+    found: dict[str, Number] = {}
     for packet in packets if isinstance(packets, list) else [packets]:
         track = packet.get('track') if isinstance(packet, dict) else None
         if not isinstance(track, dict):
@@ -130,9 +131,9 @@ class HyperParamStore:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._lock = threading.Lock()
-        self._runs: Dict[str, Dict[str, Dict[str, Number]]] = self._load()
+        self._runs: dict[str, dict[str, dict[str, Number]]] = self._load()
 
-    def _load(self) -> Dict[str, Dict[str, Dict[str, Number]]]:
+    def _load(self) -> dict[str, dict[str, dict[str, Number]]]:
         try:
             data = json.loads(self._path.read_text('utf-8'))
         except FileNotFoundError:
@@ -144,19 +145,19 @@ class HyperParamStore:
     def _save(self) -> None:
         atomic_write(self._path, json.dumps(self._runs, indent=1, sort_keys=True).encode('utf-8'))
 
-    def _run(self, run_uuid: str) -> Dict[str, Dict[str, Number]]:
+    def _run(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         entry = self._runs.setdefault(run_uuid, {})
         for part in ('pending', 'delivered', 'reported'):
             entry.setdefault(part, {})
         return entry
 
-    def add_pending(self, run_uuid: str, values: Mapping[str, Number]) -> Dict[str, Number]:
+    def add_pending(self, run_uuid: str, values: Mapping[str, Number]) -> dict[str, Number]:
         with self._lock:
             self._run(run_uuid)['pending'].update(values)
             self._save()
             return dict(self._runs[run_uuid]['pending'])
 
-    def take_pending(self, run_uuid: str) -> Dict[str, Number]:
+    def take_pending(self, run_uuid: str) -> dict[str, Number]:
         with self._lock:
             entry = self._run(run_uuid)
             if not entry['pending']:
@@ -174,7 +175,7 @@ class HyperParamStore:
                 reported.update(values)
                 self._save()
 
-    def get(self, run_uuid: str) -> Dict[str, Dict[str, Number]]:
+    def get(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         with self._lock:
             entry = self._runs.get(run_uuid, {})
             return {part: dict(entry.get(part, {})) for part in ('pending', 'delivered', 'reported')}

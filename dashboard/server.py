@@ -7,9 +7,9 @@ import signal
 import socket
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Iterator, List, Optional
 
 import uvicorn
 
@@ -56,7 +56,7 @@ class _Server(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        def on_signal(sig: int, frame: Optional[FrameType]) -> None:
+        def on_signal(sig: int, frame: FrameType | None) -> None:
             if self.should_exit:
                 self.force_exit = True  # a second Ctrl-C skips the graceful wait
             self.should_exit = True
@@ -68,13 +68,13 @@ class _Server(uvicorn.Server):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    async def startup(self, sockets: Optional[List[socket.socket]] = None) -> None:
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if not self.should_exit:
             print(f'Dashboard running at {self.url}  (Ctrl-C to stop)', flush=True)
 
 
-def serve(*, host: str, port: int, data_dir: Path, mongo_url: Optional[str], assets_dir: Path) -> int:
+def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets_dir: Path) -> int:
     """Run the dashboard until Ctrl-C or SIGTERM; returns the process exit code."""
     from .app import DashboardSettings, create_app
     from .store import DataFolderInUseError

@@ -10,13 +10,13 @@ old or the new version.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import tempfile
 from pathlib import Path
 from types import TracebackType
-from typing import Optional, Type
 
 from labml_db import Index, Model
 from labml_db.driver.file import FileDbDriver
@@ -39,10 +39,8 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
         raise
 
 
@@ -52,7 +50,7 @@ class AtomicFileDbDriver(FileDbDriver):
     def _path(self, key: str) -> Path:
         return self._db_path / f'{key}.{self._serializer.file_extension}'
 
-    def load_dict(self, key: str) -> Optional[ModelDict]:
+    def load_dict(self, key: str) -> ModelDict | None:
         # Files are only ever replaced whole, so no read lock is needed.
         try:
             data = self._path(key).read_bytes()
@@ -96,7 +94,7 @@ class DataFolderLock:
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / LOCK_FILE_NAME
-        self._fd: Optional[int] = None
+        self._fd: int | None = None
 
     def acquire(self) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -119,12 +117,12 @@ class DataFolderLock:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 
-    def __enter__(self) -> 'DataFolderLock':
+    def __enter__(self) -> DataFolderLock:
         self.acquire()
         return self
 
-    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.release()
 
 

@@ -12,7 +12,6 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 from dashboard.assets import default_cache_dir
 from dashboard.cli import OneLineArgumentParser, usage_error
@@ -33,7 +32,7 @@ def _port(value: str) -> int:
     return port
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(prog='dashboard', description=__doc__.split('\n\n')[0])
     parser.add_argument('--host', default='127.0.0.1', help='address to listen on (default: 127.0.0.1)')
     parser.add_argument('--port', default='5005', help='port to listen on, 1-65535 (default: 5005)')

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import sys
 import urllib.parse
-from typing import Dict, List, Optional, Union
 
 from dashboard.cli import OneLineArgumentParser, usage_error
 from dashboard.client import DEFAULT_DASHBOARD_URL, DashboardError, get_hyperparams, set_hyperparams
 
-Number = Union[int, float]
+Number = int | float
 
 
 def parse_assignment(text: str) -> tuple[str, Number]:
@@ -37,7 +36,7 @@ def parse_assignment(text: str) -> tuple[str, Number]:
     return key, value
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(prog='tweak', description=__doc__.split('\n\n')[0])
     parser.add_argument('run_uuid', metavar='RUN_UUID', help='the run, as printed by labml and the dashboard')
     parser.add_argument('changes', metavar='NAME=VALUE', nargs='*', help='new values; none lists the current ones')
@@ -48,7 +47,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     url = urllib.parse.urlsplit(args.dashboard)
     if url.scheme not in ('http', 'https') or not url.netloc:
         usage_error(parser.prog, f'--dashboard {args.dashboard!r}: expected a URL such as {DEFAULT_DASHBOARD_URL}')
-    changes: Dict[str, Number] = {}
+    changes: dict[str, Number] = {}
     for text in args.changes:
         try:
             key, value = parse_assignment(text)

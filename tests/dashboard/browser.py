@@ -9,6 +9,7 @@ and take a screenshot.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Dict, Optional, Type
+from typing import Any
 
 CHROMIUM = Path('/usr/bin/chromium')
 FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
@@ -43,13 +44,13 @@ class Browser:
         os.close(from_browser_w)
         self._buffer = b''
         self._next_id = 0
-        self._session: Optional[str] = None
+        self._session: str | None = None
         target = self.call('Target.createTarget', {'url': 'about:blank'})['targetId']
         self._session = self.call('Target.attachToTarget', {'targetId': target, 'flatten': True})['sessionId']
         self.call('Emulation.setDeviceMetricsOverride',
                   {'width': width, 'height': height, 'deviceScaleFactor': 1, 'mobile': False})
 
-    def _read_message(self) -> Dict[str, Any]:
+    def _read_message(self) -> dict[str, Any]:
         while b'\0' not in self._buffer:
             chunk = os.read(self._from_browser, 1 << 16)
             if not chunk:
@@ -58,9 +59,9 @@ class Browser:
         message, self._buffer = self._buffer.split(b'\0', 1)
         return json.loads(message)
 
-    def call(self, method: str, params: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         self._next_id += 1
-        command: Dict[str, Any] = {'id': self._next_id, 'method': method, 'params': params or {}}
+        command: dict[str, Any] = {'id': self._next_id, 'method': method, 'params': params or {}}
         if self._session is not None and not method.startswith(('Target.', 'Browser.')):
             command['sessionId'] = self._session
         os.write(self._to_browser, json.dumps(command).encode() + b'\0')
@@ -97,22 +98,18 @@ class Browser:
                 self.call('Browser.close')
         except (OSError, RuntimeError):
             pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            pass
         # Chromium's helper processes share its session; leave none behind.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
         os.close(self._to_browser)
         os.close(self._from_browser)
 
-    def __enter__(self) -> 'Browser':
+    def __enter__(self) -> Browser:
         return self
 
-    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()

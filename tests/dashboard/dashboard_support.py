@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,8 +13,9 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name('probe_run.py')
@@ -28,7 +30,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def child_env() -> Dict[str, str]:
+def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env['PYTHONPATH'] = str(REPO) + os.pathsep + env.get('PYTHONPATH', '')
     env['PYTHONUNBUFFERED'] = '1'
@@ -36,9 +38,9 @@ def child_env() -> Dict[str, str]:
     return env
 
 
-def descendants(pid: int) -> List[int]:
+def descendants(pid: int) -> list[int]:
     """Live descendants of `pid`, from /proc (zombies count: they were not reaped)."""
-    children: Dict[int, List[int]] = {}
+    children: dict[int, list[int]] = {}
     for entry in os.listdir('/proc'):
         if not entry.isdigit():
             continue
@@ -48,7 +50,7 @@ def descendants(pid: int) -> List[int]:
             continue
         ppid = int(stat.rsplit(')', 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(entry))
-    found: List[int] = []
+    found: list[int] = []
     todo = [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -60,12 +62,12 @@ def descendants(pid: int) -> List[int]:
 class Process:
     """A subprocess whose merged stdout/stderr is collected line by line in the background."""
 
-    def __init__(self, args: List[str], *, cwd: Path, env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> None:
         self.args = args
         self.proc = subprocess.Popen(args, cwd=cwd, env=env or child_env(), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, errors='replace',
                                      start_new_session=True)
-        self.lines: List[str] = []
+        self.lines: list[str] = []
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -110,27 +112,25 @@ class Process:
 
     def kill(self) -> None:
         """SIGKILL the whole session (the process and anything it started)."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
 
 
 class Dashboard(Process):
-    def __init__(self, data_dir: Path, port: Optional[int] = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
         self.port = port or free_port()
         self.data_dir = data_dir
         self.url = f'http://127.0.0.1:{self.port}'
         super().__init__([sys.executable, '-m', 'experiments.dashboard', '--port', str(self.port),
                           '--data', str(data_dir)], cwd=REPO)
 
-    def wait_ready(self) -> 'Dashboard':
+    def wait_ready(self) -> Dashboard:
         self.wait_for_line(lambda line: line.startswith('Dashboard running at'), STARTUP_LIMIT_S)
         return self
 
-    def request(self, method: str, path: str, body: Any = None, *, raw: Optional[bytes] = None,
-                headers: Optional[Dict[str, str]] = None) -> Tuple[int, Any]:
+    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, Any]:
         """(status, parsed JSON or text); never raises for HTTP error statuses."""
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         hdrs = {'Content-Type': 'application/json'} if data is not None else {}

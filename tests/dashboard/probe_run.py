@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from typing import Dict, Union
 
 from labml import experiment, tracker
+
 # labml 0.5.3 does not re-export these from labml.configs.
 from labml.internal.configs.dynamic_hyperparam import FloatDynamicHyperParam, IntDynamicHyperParam
 
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument('--finish-timeout', type=float, default=30.0)
     args = parser.parse_args()
 
-    conf: Dict[str, Union[float, int, FloatDynamicHyperParam, IntDynamicHyperParam]] = {
+    conf: dict[str, float | int | FloatDynamicHyperParam | IntDynamicHyperParam] = {
         'learning_rate': FloatDynamicHyperParam(2.5e-4, (0.0, 1e-2)),
         'clip_range': FloatDynamicHyperParam(0.1, (0.0, 0.5)),
         'entropy_coef': FloatDynamicHyperParam(0.01, (0.0, 0.1)),

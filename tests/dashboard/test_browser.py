@@ -53,5 +53,5 @@ def test_hyperparameter_page_lists_the_live_values(dashboard: Dashboard, finishe
     assert listed, 'the hyperparameter page never listed the parameters'
     assert names == 'clip_range,entropy_coef,epochs,learning_rate,value_coef'
     assert refused and 'outside the allowed range' in message
-    status, info = dashboard.request('GET', f'/api/v1/hyperparams/{finished_run}')
+    _status, info = dashboard.request('GET', f'/api/v1/hyperparams/{finished_run}')
     assert info['params']['learning_rate']['pending'] is None

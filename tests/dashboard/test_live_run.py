@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 from array import array
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 from dashboard_support import Dashboard, ProbeRun, run_tool
 
 
-def series_of(metrics: Dict[str, Any], name: str) -> Dict[str, List[float]]:
+def series_of(metrics: dict[str, Any], name: str) -> dict[str, list[float]]:
     """labml-app sends each series' steps and values as base64 float32 arrays."""
     series = next(s for s in metrics['series'] if s['name'] == name)
     return {k: list(array('f', base64.b64decode(series[k]))) for k in ('step', 'value')}
@@ -83,7 +83,7 @@ def test_tweak_refuses_bad_changes_with_one_line(dashboard: Dashboard, finished_
         assert result.returncode == 2, (change, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert message in result.stderr, (change, result.stderr)
-    status, info = dashboard.request('GET', f'/api/v1/hyperparams/{finished_run}')
+    _status, info = dashboard.request('GET', f'/api/v1/hyperparams/{finished_run}')
     assert all(p['pending'] is None for p in info['params'].values())  # nothing half-applied
 
     unknown = run_tool('experiments.tweak', 'f' * 32, 'learning_rate=0.001', '--dashboard', dashboard.url)

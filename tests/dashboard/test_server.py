@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Tuple
 
 import pytest
 from dashboard_support import REPO, Dashboard, ProbeRun, child_env, descendants, free_port
@@ -17,7 +16,7 @@ from dashboard_support import REPO, Dashboard, ProbeRun, child_env, descendants,
 HOSTNAME = Path('/etc/hostname').read_text().strip() if Path('/etc/hostname').exists() else None
 
 
-def raw_get(dashboard: Dashboard, path: str) -> Tuple[int, bytes]:
+def raw_get(dashboard: Dashboard, path: str) -> tuple[int, bytes]:
     """GET with the path sent exactly as given (urllib would normalise it)."""
     conn = http.client.HTTPConnection('127.0.0.1', dashboard.port, timeout=30)
     try:
@@ -151,7 +150,7 @@ def test_busy_port_is_reported(dashboard: Dashboard, tmp_path: Path) -> None:
     (['--data', '/dev/null/store'], "--data '/dev/null/store': expected a writable folder"),
     (['--colour'], 'unrecognized arguments: --colour'),
 ])
-def test_bad_options_give_one_line_and_exit_2(args: List[str], message: str) -> None:
+def test_bad_options_give_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = subprocess.run([sys.executable, '-m', 'experiments.dashboard', *args], cwd=REPO, env=child_env(),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
