@@ -1,0 +1,230 @@
+"""Watch a trained agent play and score it: `python -m experiments.evaluate --help`.
+
+    python -m experiments.evaluate --run RUN_UUID --games 10 --video breakout.mp4
+
+Plays whole games (all lives) with the run's policy on the run's own game settings, prints each
+game's full-game unclipped score, then `mean ± std`, and films the first game. The last line
+printed is one JSON object with the results. Bad input is one `error:` line and exit code 2,
+before anything is played or written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import torch
+
+from configs.cli import OneLineParser, fail
+from ppo.checkpoint import CheckpointError, load_checkpoint
+from ppo.evaluation import DEFAULT_GREEDY_EPSILON, evaluation_spec, model_from_checkpoint, play_games, summarize
+from ppo.runs import checkpoint_path, find_run
+
+_UUID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _bad(option: str, value: Any, accepted: str) -> NoReturn:
+    fail(f"{option} {value}: expected {accepted}")
+
+
+def _int(option: str, text: str | None, minimum: int, allow_none: bool = False) -> int | None:
+    if text is None or (allow_none and text.strip().lower() in ("none", "null")):
+        return None
+    accepted = f"an integer ≥ {minimum}" + (", or none" if allow_none else "")
+    try:
+        value = int(text)
+    except ValueError:
+        _bad(option, text, accepted)
+    if value < minimum:
+        _bad(option, text, accepted)
+    return value
+
+
+def _epsilon(text: str | None, greedy: bool) -> float:
+    if text is None:
+        return DEFAULT_GREEDY_EPSILON if greedy else 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        _bad("--epsilon", text, "a number in [0, 1]")
+    return value
+
+
+def _device(text: str) -> torch.device:
+    if not (text in ("auto", "cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit())):
+        _bad("--device", text, "auto, cpu, cuda or cuda:N")
+    if text == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(text)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            _bad("--device", text, "cpu or auto (no CUDA device here)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            _bad("--device", text, f"cuda:0 … cuda:{torch.cuda.device_count() - 1}")
+    return device
+
+
+def _video_path(text: str | None) -> Path | None:
+    """A path an MP4 can be written to; checked by creating (and removing) a file beside it."""
+    if text is None:
+        return None
+    path = Path(text)
+    if path.suffix.lower() != ".mp4":
+        _bad("--video", text, "a file name ending in .mp4")
+    if path.is_dir():
+        _bad("--video", text, "a file path, not a folder")
+    parent = path.parent
+    if not parent.is_dir():
+        _bad("--video", text, f"a path in an existing folder ({parent} does not exist)")
+    if path.exists() and not path.is_file():
+        _bad("--video", text, "a path to a regular file")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        _bad("--video", text, f"a path in a writable folder ({parent}: {e.strerror or e})")
+    return path
+
+
+def _run_uuid_of(path: Path, checkpoint: dict[str, Any]) -> str | None:
+    """The uuid of the run a checkpoint belongs to: its own record, else data_dir/name/<uuid>/checkpoints/."""
+    recorded = checkpoint.get("run_uuid")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    folder = path.resolve().parent.parent.name
+    return folder if _UUID.match(folder) else None
+
+
+def resolve_checkpoint(run: str | None, checkpoint: str | None,
+                       data_dir: str) -> tuple[Path, dict[str, Any], str | None]:
+    """(checkpoint path, checkpoint, run uuid) from --run and/or --checkpoint; exits on bad input."""
+    if run is None and checkpoint is None:
+        fail("--run: expected the uuid of a trained run (or give --checkpoint PATH)")
+    run_dir = None
+    if run is not None:
+        run_dir = find_run(Path(data_dir), run)
+        if run_dir is None:
+            _bad("--run", run,
+                 f"the uuid (32 hex digits) of a run under {data_dir}/ (none found there; see --data-dir)")
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if run_dir is not None and not path.resolve().is_relative_to(run_dir.resolve()):
+            _bad("--checkpoint", checkpoint, f"a checkpoint of run {run}, i.e. a file under {run_dir}/ (or drop --run)")
+        option, value = "--checkpoint", checkpoint
+    else:
+        assert run_dir is not None
+        path = checkpoint_path(run_dir)
+        option, value = "--run", run
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError as e:
+        _bad(option, value, f"a readable checkpoint written by python -m experiments.breakout ({e})")
+    uuid = _run_uuid_of(path, state)
+    if run is not None and uuid is not None and uuid != run:
+        _bad("--checkpoint", checkpoint, f"a checkpoint of run {run} (this one is from run {uuid}), or drop --run")
+    return path, state, run if run is not None else uuid
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="python -m experiments.evaluate", allow_abbrev=False,
+        description="Play whole games with a trained PPO policy: full-game scores, mean ± std, "
+                    "and an MP4 of the first game.",
+    )
+    parser.add_argument("--run", metavar="RUN_UUID",
+                        help="the run to evaluate: its last checkpoint, or the --checkpoint given (then from this run)")
+    parser.add_argument("--checkpoint", metavar="PATH", help="a checkpoint file to evaluate (alone, or with --run)")
+    parser.add_argument("--data-dir", "--data_dir", dest="data_dir", metavar="DIR", default="runs",
+                        help="folder that holds the runs (default: runs)")
+    parser.add_argument("--games", metavar="N", default="10", help="whole games (all lives) to play (default: 10)")
+    parser.add_argument("--video", metavar="PATH.mp4", default=None,
+                        help="film the first game to this .mp4 (default: no video)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", dest="greedy", action="store_true", default=False,
+                      help="act by argmax of the policy's logits")
+    mode.add_argument("--sample", dest="greedy", action="store_false",
+                      help="act by sampling softmax(logits): the policy PPO trained, whose score training "
+                           "reports (the default)")
+    parser.add_argument("--epsilon", metavar="E", default=None,
+                        help="probability of a uniformly random action instead (default "
+                             f"{DEFAULT_GREEDY_EPSILON} with --greedy: breaks deterministic loops; 0 with --sample)")
+    parser.add_argument("--seed", metavar="S", default="0",
+                        help="seeds the games' no-op starts and the action draws (default: 0)")
+    parser.add_argument("--device", metavar="DEVICE", default="auto",
+                        help="auto (CUDA when present; the default), cpu, cuda or cuda:N")
+    parser.add_argument("--max-steps", "--max_steps", dest="max_steps", metavar="N", default=None,
+                        help="stop a game after N agent steps and flag it truncated "
+                             "(default: none, only the run's own max_episode_frames cap)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    games = _int("--games", args.games, 1)
+    seed = _int("--seed", args.seed, 0)
+    max_steps = _int("--max-steps", args.max_steps, 1, allow_none=True)
+    epsilon = _epsilon(args.epsilon, args.greedy)
+    device = _device(args.device)
+    video = _video_path(args.video)
+    path, state, run_uuid = resolve_checkpoint(args.run, args.checkpoint, args.data_dir)
+    option, value = ("--checkpoint", args.checkpoint) if args.checkpoint is not None else ("--run", args.run)
+    try:
+        spec = evaluation_spec(state["config"], seed)
+        model = model_from_checkpoint(state, device)
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        _bad(option, value,
+             f"a checkpoint written by python -m experiments.breakout (its config or weights do not fit: {e})")
+    from game.atari import EpisodeStats, is_known_game
+
+    if not is_known_game(spec.game):
+        _bad(option, value, f"a checkpoint of an ALE game (its config names {spec.game!r})")
+
+    assert games is not None and seed is not None
+    mode = "greedy" if args.greedy else "sampled"
+    print(f"evaluating {path} (update {state.get('update')}, {state.get('env_steps')} env steps): "
+          f"{games} game(s) of {spec.game}, {mode} actions, ε={epsilon:g}, seed {seed}, on {device}", flush=True)
+
+    def report(index: int, e: EpisodeStats) -> None:
+        flag = " (truncated)" if e.truncated else ""
+        print(f"game {index + 1}/{games}: score {e.score:g} in {e.length} steps{flag}", flush=True)
+
+    episodes = play_games(model, spec, games, device, greedy=args.greedy, epsilon=epsilon, seed=seed,
+                          video_path=video, max_steps=max_steps, on_game=report)
+    scores = [e.score for e in episodes]
+    stats = summarize(scores)
+    truncated = sum(e.truncated for e in episodes)
+    print(f"score {stats['mean']:.2f} ± {stats['std']:.2f} over {games} game(s) "
+          f"(min {stats['min']:g}, max {stats['max']:g})"
+          + (f"; {truncated} truncated, their scores are partial" if truncated else ""))
+    if video is not None:
+        print(f"video of game 1: {video}")
+    result = {
+        "games": games,
+        "scores": scores,
+        "lengths": [e.length for e in episodes],
+        "truncated": [e.truncated for e in episodes],
+        **stats,
+        "checkpoint": str(path),
+        "video": str(video) if video is not None else None,
+        "greedy": args.greedy,
+        "epsilon": epsilon,
+        "seed": seed,
+        "game": spec.game,
+        "run_uuid": run_uuid,
+        "update": state.get("update"),
+        "env_steps": state.get("env_steps"),
+    }
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
