@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import typing
 from collections.abc import Sequence
@@ -15,6 +16,11 @@ from configs.ppo import ConfigError, PPOConfig, config_fields, validate
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad argument is a single `error:` line (no usage dump) and exit code 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # argparse only takes "-5" or "-.5" as values; "-1e-4" would be read as an unknown flag.
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.I)
 
     def error(self, message: str) -> NoReturn:
         fail(message)

@@ -5,6 +5,7 @@ The last line printed is the path of the run's `summary.json`.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from configs.ppo import ConfigError, PPOConfig, config_fields
 from game.atari import GameSpec
 from game.pool import PipePool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
-from ppo.runs import checkpoint_path, find_run
+from ppo.runs import checkpoint_path, find_run, release_run, running_pid
 from ppo.seeding import derive_seeds
 from ppo.stopping import GracefulStop
 from ppo.trainer import Trainer, resolve_device
@@ -42,17 +43,22 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     run_dir = find_run(data_dir, run_uuid)
     if run_dir is None:
         raise ConfigError("resume", run_uuid, f"the uuid of a run under {data_dir}/ (none found there)")
+    if (pid := running_pid(run_dir)) is not None and pid != os.getpid():
+        raise ConfigError("resume", run_uuid, f"a run that is not running (process {pid} is still running it)")
     checkpoint = load_checkpoint(checkpoint_path(run_dir))
     saved = PPOConfig.from_dict(checkpoint["config"])
     run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
     for name, value in overrides.items():
         if name not in run_options and value != getattr(saved, name):
             raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as --device may change on --resume)")
-    return config_from_overrides(overrides, saved), checkpoint
+    config = config_from_overrides(overrides, saved)
+    release_run(run_dir)
+    return config, checkpoint
 
 
-def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str | None = None) -> Path:
-    """Run the experiment; returns the path of summary.json."""
+def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str | None = None) -> tuple[Path, int]:
+    """Run the experiment; returns the path of summary.json and the process exit code
+    (0, or 128 + signal number when a Ctrl-C/SIGTERM stopped it early)."""
     torch.set_num_threads(config.torch_threads or torch.get_num_threads())
     device = resolve_device(config.device)
     # An absolute experiments_path puts runs under data_dir while labml's project root (found
@@ -113,7 +119,7 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
             write_json(run_dir / "summary.json", summary)
     if stop.requested:
         print(f"stopped by {stop.requested} after update {trainer.update}; resume with --resume {summary['run_uuid']}", file=sys.stderr)
-    return run_dir / "summary.json"
+    return run_dir / "summary.json", stop.exit_code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -128,9 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             config, resume = resume_config(Path(config.data_dir), args.resume, overrides)
         except (ConfigError, CheckpointError) as e:
             fail(str(e))
-    summary = train(config, resume, run_uuid=args.resume)
-    print(summary)
-    return 0
+    summary, exit_code = train(config, resume, run_uuid=args.resume)
+    # labml's progress line has no newline of its own; the path must be a line by itself.
+    print(f"\n{summary}", flush=True)
+    return exit_code
 
 
 if __name__ == "__main__":

@@ -129,6 +129,11 @@ class Game:
     def lives(self) -> int:
         return self._ale.lives()
 
+    @property
+    def frame_number(self) -> int:
+        """Emulator frames since the current game was reset (no-ops included)."""
+        return self._ale.getEpisodeFrameNumber()
+
     def close(self) -> None:
         self._env.close()
 

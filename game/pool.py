@@ -31,7 +31,7 @@ from game.protocol import Command, PoolError, Reply, WorkerDied, WorkerError, Wo
 from game.shared import Layout, SharedArrays
 from game.worker import run_worker
 
-__all__ = ["EnvPool", "PipePool", "StepBatch", "WorkerDied", "WorkerError", "WorkerTimeout", "PoolError"]
+__all__ = ["EnvPool", "PipePool", "PoolError", "StepBatch", "WorkerDied", "WorkerError", "WorkerTimeout"]
 
 # Workers fork from a server that has imported only this package: no torch, no CUDA state,
 # and no inherited copies of the trainer's Pipe ends (which would hide a dead trainer from them).
@@ -168,6 +168,7 @@ class PipePool(EnvPool):
         return self.observations
 
     def step(self, actions: np.ndarray) -> StepBatch:
+        self._check_open()
         np.copyto(self._actions, actions, casting="same_kind")
         replies = self._request_all(Command.STEP)
         batch = self._batch
@@ -202,6 +203,10 @@ class PipePool(EnvPool):
             return
         self._closed = True
         self._stop(self._workers, timeout_s=5.0)
+        # Detach every view before unmapping: touching unmapped shared memory is a segfault.
+        self.observations = self.observations.copy()
+        self._batch = StepBatch(self._batch.rewards.copy(), self._batch.terminals.copy(), self._batch.truncations.copy())
+        self._actions = np.zeros_like(self._actions)
         self._shared.close()
 
     # -- plumbing -------------------------------------------------------------------------------

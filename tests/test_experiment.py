@@ -1,0 +1,131 @@
+"""The experiment end to end through its real command line."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from configs.ppo import PPOConfig
+from experiments.breakout import game_specs, main
+from game.pool import PipePool
+from ppo.checkpoint import load_checkpoint
+from ppo.seeding import derive_seeds
+from ppo.trainer import Trainer
+
+TINY = ["--n-workers", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "2"]
+SUMMARY_KEYS = {"run_uuid", "updates", "env_steps", "score_mean_100", "games", "sps", "checkpoint"}
+
+
+def summary_of(stdout: str) -> dict:
+    path = Path(stdout.strip().splitlines()[-1])
+    assert path.name == "summary.json" and path.is_file(), stdout[-2000:]
+    return json.loads(path.read_text())
+
+
+def test_smoke_two_updates_through_the_cli(cli, tmp_path: Path) -> None:
+    result = cli.run("experiments.breakout", "--updates", "2", "--n-workers", "2", "--worker-steps", "16",
+                     "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = summary_of(result.stdout)
+    assert set(summary) >= SUMMARY_KEYS
+    assert summary["updates"] == 2 and summary["env_steps"] == 2 * 2 * 16
+    assert summary["status"] == "completed" and summary["sps"] > 0
+    assert summary["score_mean_100"] is None or summary["score_mean_100"] >= 0
+    checkpoint = load_checkpoint(Path(summary["checkpoint"]))
+    assert checkpoint["update"] == 2 and checkpoint["config"]["n_workers"] == 2
+    run_dir = Path(summary["run_dir"])
+    assert run_dir == tmp_path / "breakout" / summary["run_uuid"] and (run_dir / "configs.yaml").is_file()
+    assert cli.leftovers() == []
+
+
+def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Path) -> None:
+    args = ["--updates", "6", *TINY, "--checkpoint-every", "1", "--data-dir", str(tmp_path)]
+    process = cli.start("experiments.breakout", *args)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("breakout/*/checkpoints/checkpoint.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        assert process.poll() is None, process.communicate()[1][-3000:]
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "SIGTERM received" in stderr
+    interrupted = summary_of(stdout)
+    assert interrupted["status"] == "interrupted" and 1 <= interrupted["updates"] < 6
+    assert cli.leftovers() == []
+
+    resumed = cli.run("experiments.breakout", "--resume", interrupted["run_uuid"], "--data-dir", str(tmp_path))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = summary_of(resumed.stdout)
+    assert summary["run_uuid"] == interrupted["run_uuid"]
+    assert summary["updates"] == 6 and summary["env_steps"] == 6 * 2 * 16
+    assert summary["games"] >= interrupted["games"]
+    assert cli.leftovers() == []
+
+
+def test_same_seed_gives_the_same_first_rollout() -> None:
+    def first_rollout(seed: int) -> dict[str, np.ndarray]:
+        config = PPOConfig(n_workers=2, envs_per_worker=2, worker_steps=32, seed=seed)
+        seeds = derive_seeds(config.seed, config.n_envs)
+        with PipePool(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
+            pool.reset()
+            trainer = Trainer(config, pool, seeds, torch.device("cpu"))
+            trainer.collect()
+            r = trainer.rollout
+            return {name: getattr(r, name).copy() for name in ("observations", "actions", "log_probs", "values", "rewards", "terminals")}
+
+    a, b, c = first_rollout(3), first_rollout(3), first_rollout(4)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert not np.array_equal(a["actions"], c["actions"])
+    assert not np.array_equal(a["observations"], c["observations"])
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--n-workers", "0"], "--n-workers 0: expected a number > 0"),
+    (["--n-workers", "two"], "--n-workers two: expected an integer"),
+    (["--minibatches", "3"], "--minibatches 3: expected a divisor of the batch size 1024"),
+    (["--learning-rate", "-1e-4"], "--learning-rate -0.0001: expected a number ≥ 0"),
+    (["--learning_rate", "nan"], "--learning-rate nan: expected a finite number"),
+    (["--gamma", "1.5"], "--gamma 1.5: expected a number in [0, 1]"),
+    (["--game", "NoSuchGame"], "--game NoSuchGame: expected an ALE game"),
+    (["--game", ""], "--game : expected a non-empty string"),
+    (["--epochs", "100"], "--epochs 100: expected a value in [1, 32]"),
+    (["--updates", "2", "--total-env-steps", "5000"], "either --updates or --total-env-steps"),
+    (["--device", "tpu"], "--device tpu: expected auto, cpu, cuda or cuda:N"),
+    (["--clip-rewards", "maybe"], "--clip-rewards maybe: expected true or false"),
+    (["--no-such-option", "1"], "unrecognized arguments: --no-such-option"),
+    (["--resume", "0123456789abcdef0123456789abcdef"], "--resume 0123456789abcdef0123456789abcdef: expected the uuid of a run"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--data-dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and expected in err, err
+    assert multiprocessing.active_children() == []  # nothing was started
+    assert list(tmp_path.iterdir()) == []  # and nothing written
+
+
+def test_bad_input_through_the_real_cli(cli) -> None:
+    result = cli.run("experiments.breakout", "--worker-steps", "-5")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: --worker-steps -5: expected a number > 0"
+    assert result.stdout == ""
+    assert cli.leftovers() == []
+
+
+def test_help_lists_every_option_with_its_default(cli) -> None:
+    result = cli.run("experiments.breakout", "--help")
+    assert result.returncode == 0
+    for option, default in (("--n-workers", "8"), ("--worker-steps", "128"), ("--learning-rate", "0.00025"),
+                            ("--clip-range", "0.1"), ("--total-env-steps", "10000000"), ("--resume", None)):
+        assert option in result.stdout
+        if default:
+            assert f"(default: {default})" in " ".join(result.stdout.split())
