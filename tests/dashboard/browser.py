@@ -19,6 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from dashboard_support import child_env
+
 CHROMIUM = Path('/usr/bin/chromium')
 FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
          '--disable-background-networking', '--disable-component-update', '--disable-sync',
@@ -38,7 +40,7 @@ class Browser:
         self.proc = subprocess.Popen(
             [str(CHROMIUM), *FLAGS, f'--user-data-dir={user_data_dir}', f'--window-size={width},{height}',
              'about:blank'],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=(3, 4, to_browser_r, from_browser_w), preexec_fn=wire_pipes, start_new_session=True)
         os.close(to_browser_r)
         os.close(from_browser_w)

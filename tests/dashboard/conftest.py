@@ -6,15 +6,15 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from dashboard_support import Dashboard, ProbeRun, descendants
+from dashboard_support import Dashboard, ProbeRun, descendants, marked_processes
 
 
 @pytest.fixture
 def no_leftover_processes() -> Iterator[None]:
     """Fails the test if it leaves any process behind (fixtures from outside it excepted)."""
-    before = set(descendants(os.getpid()))
+    before = set(descendants(os.getpid())) | marked_processes()
     yield
-    left = set(descendants(os.getpid())) - before
+    left = (set(descendants(os.getpid())) | marked_processes()) - before
     assert not left, f'processes left behind: {sorted(left)}'
 
 

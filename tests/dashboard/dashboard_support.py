@@ -13,6 +13,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Every process the tests start carries this, so leftovers are found even after they
+# were re-parented to init.
+TEST_MARK = f'DASHBOARD_TEST_MARK={uuid.uuid4().hex}'
+
+
+def marked_processes() -> set[int]:
+    """Live (non-zombie) processes whose environment carries TEST_MARK."""
+    needle = TEST_MARK.encode()
+    found = set()
+    for entry in Path('/proc').iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / 'environ').read_bytes().split(b'\0') and \
+                    '\nState:\tZ' not in (entry / 'status').read_text():
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
+    key, value = TEST_MARK.split('=')
+    env[key] = value
     env['PYTHONPATH'] = str(REPO) + os.pathsep + env.get('PYTHONPATH', '')
     env['PYTHONUNBUFFERED'] = '1'
     env.pop('labml_app_url', None)
