@@ -91,8 +91,12 @@ class PPOConfig:
     data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", not_empty, run_option=True)
     checkpoint_every: int = hp(50, "checkpoint every this many updates (and always at the end); 0 = only at the end", non_negative, run_option=True)
     score_window: int = hp(100, "games averaged for the reported score (the Atari convention: last 100)", positive)
+    max_worker_restarts: int = hp(3, "a worker that fails more often than this within restart_window updates stops the run", non_negative, run_option=True)
+    restart_window: int = hp(100, "updates over which max_worker_restarts is counted", positive, run_option=True)
+    skip_nonfinite: bool = hp(False, "on a NaN/inf loss skip that minibatch and count it, instead of stopping the run", run_option=True)
     worker_timeout: float = hp(60.0, "seconds a worker may take to answer before it is declared hung", positive, run_option=True)
-    dashboard: str | None = hp(None, "labml dashboard URL to send the run to, e.g. http://127.0.0.1:5005/api/v1/default", run_option=True)
+    eval_video_every: int = hp(0, "film one game to run_dir/videos/update_NNNNNN.mp4 every this many updates; 0 = never", non_negative, run_option=True)
+    dashboard: str | None = hp(None, "labml dashboard to send the run to: http://127.0.0.1:5005 (or a full app_url …/api/v1/default)", run_option=True)
 
     # ---- derived sizes: computed once, after validation ----
     @property

@@ -13,19 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from labml import experiment, monit, tracker
+from labml import experiment, logger, monit, tracker
 from labml.internal.lab import lab_singleton
+from labml.logger import Text
 
 from configs.cli import OneLineParser, config_from_overrides, fail, parse_config
 from configs.live import LiveHyperParams
 from configs.ppo import ConfigError, PPOConfig, config_fields
+from dashboard.client import finish_app_tracking
 from game.atari import GameSpec
-from game.pool import PipePool
+from game.pool import PipePool, PoolError
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
+from ppo.evaluation import record_training_video
 from ppo.runs import checkpoint_path, find_run, release_run, running_pid
 from ppo.seeding import derive_seeds
 from ppo.stopping import GracefulStop
-from ppo.trainer import Trainer, resolve_device
+from ppo.trainer import NonFiniteLoss, Trainer, WorkerKeepsFailing, resolve_device
 
 PRINTED_METRICS = ("score_mean_100", "policy_loss", "value_loss", "entropy", "approx_kl", "sps")
 
@@ -36,6 +39,14 @@ def game_specs(config: PPOConfig, env_seeds: list[int]) -> list[GameSpec]:
                  config.clip_rewards, config.frame_skip, config.frame_stack, config.max_episode_frames)
         for seed in env_seeds
     ]
+
+
+def app_url(dashboard: str | None) -> str | None:
+    """labml's `app_url` for a dashboard: a bare http://host:port gets labml-app's track path."""
+    if dashboard is None:
+        return None
+    base = dashboard.rstrip("/")
+    return base if "/api/" in base else f"{base}/api/v1/default"
 
 
 def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> tuple[PPOConfig, dict[str, Any]]:
@@ -57,26 +68,29 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
 
 
 def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str | None = None) -> tuple[Path, int]:
-    """Run the experiment; returns the path of summary.json and the process exit code
-    (0, or 128 + signal number when a Ctrl-C/SIGTERM stopped it early)."""
+    """Run the experiment; returns the path of summary.json and the process exit code:
+    0 when done, 128 + signal number when Ctrl-C/SIGTERM stopped it early (after a checkpoint),
+    1 when a fault stopped it (the message says which; the last good state is checkpointed)."""
     torch.set_num_threads(config.torch_threads or torch.get_num_threads())
     device = resolve_device(config.device)
     # An absolute experiments_path puts runs under data_dir while labml's project root (found
     # through .labml.yaml) stays this repository, so each run records the code's git commit.
     lab_singleton().set_configurations({"experiments_path": str(Path(config.data_dir).resolve()),
-                                        "app_url": config.dashboard})
+                                        "app_url": app_url(config.dashboard), "app_open_browser": False})
     experiment.create(name=config.name, uuid=run_uuid, writers={"screen", "app"} if config.dashboard else {"screen"})
     live = LiveHyperParams(config, resume["live_values"] if resume else None)
     experiment.configs(live.labml_configs(config))
-    run_dir = Path(experiment.get_uuid() and lab_singleton().experiments / config.name / experiment.get_uuid())
+    run_dir = lab_singleton().experiments / config.name / experiment.get_uuid()
     seeds = derive_seeds(config.seed, config.n_envs)
     for name in PRINTED_METRICS:
         tracker.set_scalar(name, is_print=True)
     tracker.set_scalar("*", is_print=False)
 
-    status, checkpoint_file, started = "crashed", None, time.perf_counter()
+    status, error, checkpoint_file, started = "crashed", None, None, time.perf_counter()
+    stop = GracefulStop()
     with PipePool(game_specs(config, seeds.env_seeds), config.envs_per_worker, config.worker_timeout) as pool:
         trainer = Trainer(config, pool, seeds, device, live.values)
+        trainer.on_event = lambda message: logger.log(message, Text.warning)
         if resume is not None:
             trainer.load_state_dict(resume)
         else:
@@ -89,10 +103,12 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
             return path
 
         try:
-            with GracefulStop() as stop, experiment.start():
+            with stop, experiment.start():
                 tracker.set_global_step(trainer.env_steps)
                 for _ in monit.loop(range(trainer.update, config.n_updates)):
                     metrics = trainer.step()
+                    if config.eval_video_every and trainer.update % config.eval_video_every == 0:
+                        metrics.update(record_training_video(trainer.model, config.to_dict(), run_dir, trainer.update, device))
                     tracker.save(trainer.env_steps, metrics)
                     if config.checkpoint_every and trainer.update % config.checkpoint_every == 0:
                         checkpoint_file = checkpoint()
@@ -102,23 +118,46 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
                         tracker.new_line()
                 checkpoint_file = checkpoint()
                 status = "interrupted" if stop.requested else "completed"
+        except (NonFiniteLoss, WorkerKeepsFailing, PoolError) as fault:
+            # The trainer holds the last good state (a failed update is rolled back): keep it.
+            error = f"{type(fault).__name__}: {fault}"
+            try:
+                checkpoint_file = checkpoint()
+            except CheckpointError as e:
+                error += f"; {e}"
+        except CheckpointError as e:
+            error = str(e)
         finally:
             elapsed = time.perf_counter() - started
+            existing = checkpoint_path(run_dir)
             summary = {
                 "run_uuid": experiment.get_uuid(),
                 "status": status,
+                "error": error,
                 "updates": trainer.update,
                 "env_steps": trainer.env_steps,
                 "score_mean_100": trainer.score_mean(),
                 "games": trainer.games,
+                "worker_restarts": trainer.worker_restarts,
                 "sps": (trainer.env_steps - first_steps) / elapsed if trainer.update > first_update else None,
                 "wall_time_s": elapsed,
-                "checkpoint": str(checkpoint_file) if checkpoint_file else (str(checkpoint_path(run_dir)) if checkpoint_path(run_dir).exists() else None),
+                "checkpoint": str(checkpoint_file or existing) if (checkpoint_file or existing.exists()) else None,
                 "run_dir": str(run_dir),
             }
-            write_json(run_dir / "summary.json", summary)
+            try:
+                write_json(run_dir / "summary.json", summary)
+            except OSError as e:
+                print(f"\nerror: could not write {run_dir / 'summary.json'}: {e}", file=sys.stderr)
+            if config.dashboard and not finish_app_tracking(timeout_s=30.0):
+                print("\nwarning: the dashboard did not take the run's last updates within 30 s; "
+                      "they are in the run folder", file=sys.stderr)
+    if error is not None:
+        print(f"\nerror: run {summary['run_uuid']} stopped at update {trainer.update}: {error.splitlines()[0]}", file=sys.stderr)
+        if summary["checkpoint"]:
+            print(f"the last good state is in {summary['checkpoint']}; resume with --resume {summary['run_uuid']}", file=sys.stderr)
+        return run_dir / "summary.json", 1
     if stop.requested:
-        print(f"stopped by {stop.requested} after update {trainer.update}; resume with --resume {summary['run_uuid']}", file=sys.stderr)
+        print(f"\nstopped by {stop.requested} after update {trainer.update}; resume with --resume {summary['run_uuid']}", file=sys.stderr)
     return run_dir / "summary.json", stop.exit_code
 
 

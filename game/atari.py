@@ -129,6 +129,10 @@ class Game:
     def lives(self) -> int:
         return self._ale.lives()
 
+    def screen_rgb(self) -> np.ndarray:
+        """The emulator's current RGB screen, (210, 160, 3) uint8: for videos, not what the agent sees."""
+        return self._ale.getScreenRGB()
+
     @property
     def frame_number(self) -> int:
         """Emulator frames since the current game was reset (no-ops included)."""

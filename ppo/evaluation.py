@@ -12,7 +12,7 @@ to that score (a test checks it).
 Video: the emulator's RGB screen (native 160×210), scaled ×3 with nearest-neighbour, one frame
 per agent step at 60/frame_skip fps (real time), with a strip below showing score, lives and step.
 `Game` exposes only grayscale observations, so `RecordingGame` captures the screen after each
-action repeat; see `screen_rgb` for the one place a private name of `Game` is used.
+action repeat.
 """
 
 from __future__ import annotations
@@ -63,15 +63,8 @@ def evaluation_spec(config: dict[str, Any], seed: int) -> GameSpec:
 
 
 def screen_rgb(game: Game) -> np.ndarray:
-    """The emulator's current RGB screen, (210, 160, 3) uint8.
-
-    Uses `Game.screen_rgb()` when `Game` has it; otherwise reads the ALE that `Game` keeps in its
-    private `_ale` attribute (the only private name of `Game` this module uses).
-    """
-    public = getattr(game, "screen_rgb", None)
-    if callable(public):
-        return public()
-    return game._ale.getScreenRGB()
+    """The emulator's current RGB screen, (210, 160, 3) uint8."""
+    return game.screen_rgb()
 
 
 class RecordingGame(Game):

@@ -5,6 +5,7 @@ Framework-free: labml bookkeeping lives in `experiments/`, so this is testable o
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
 from collections.abc import Callable
@@ -15,7 +16,8 @@ import torch
 from torch import nn
 
 from configs.ppo import PPOConfig
-from game.pool import EnvPool
+from game.pool import EnvPool, PoolError
+from ppo.checkpoint import CheckpointError
 from ppo.losses import clipped_policy_loss, clipped_value_loss, entropy_bonus, explained_variance
 from ppo.model import ActorCritic, sample_actions
 from ppo.rollout import Rollout
@@ -23,7 +25,11 @@ from ppo.seeding import Seeds
 
 
 class NonFiniteLoss(FloatingPointError):
-    """A loss or gradient was NaN/inf; the update was not applied."""
+    """A loss, gradient or parameter became NaN/inf; the update was not applied."""
+
+
+class WorkerKeepsFailing(RuntimeError):
+    """One worker failed more than `max_worker_restarts` times within `restart_window` updates."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -52,6 +58,10 @@ class Trainer:
         self.games = 0  # full games finished
         self.scores: deque[float] = deque(maxlen=config.score_window)  # full-game, unclipped
         self.lengths: deque[int] = deque(maxlen=config.score_window)
+        self.worker_restarts = 0  # over the whole run
+        self.nonfinite_skipped = 0  # minibatches skipped for a NaN/inf loss (skip_nonfinite)
+        self._failures: dict[int, deque[int]] = {}  # worker -> updates at which it failed
+        self.on_event: Callable[[str], None] = print  # where restarts are reported
 
     # -- sampling -------------------------------------------------------------------------------
 
@@ -67,7 +77,34 @@ class Trainer:
         return self.model(torch.from_numpy(observations).to(self.device))[1].cpu().numpy()
 
     def collect(self) -> None:
-        """Fill the rollout: worker_steps steps of every env, sampled from the current policy."""
+        """Fill the rollout: worker_steps steps of every env, sampled from the current policy.
+
+        A worker that dies, hangs or raises is replaced (fresh derived seeds) and the rollout starts
+        over from the envs' current states: the interrupted trajectories are dropped whole, so no
+        transition ever straddles the replacement. Games already finished still count.
+        """
+        while True:
+            try:
+                return self._collect_once()
+            except PoolError as failure:
+                self._replace_worker(failure)
+
+    def _replace_worker(self, failure: PoolError) -> None:
+        history = self._failures.setdefault(failure.worker, deque())
+        history.append(self.update)
+        while history and history[0] <= self.update - self.config.restart_window:
+            history.popleft()
+        if len(history) > self.config.max_worker_restarts:
+            raise WorkerKeepsFailing(
+                f"worker {failure.worker} failed {len(history)} times within {self.config.restart_window} updates "
+                f"(limit {self.config.max_worker_restarts}); last failure: {failure}") from failure
+        self.worker_restarts += 1
+        # A new seed for the replacement: replaying the seed that just failed could fail again.
+        self.pool.restart_worker(failure.worker, seed_offset=self.worker_restarts * 1_000_003)
+        self.on_event(f"{str(failure).splitlines()[0]}; replaced it (restart {self.worker_restarts}), "
+                      f"rollout of update {self.update + 1} starts over")
+
+    def _collect_once(self) -> None:
         rollout, pool = self.rollout, self.pool
         for t in range(rollout.n_steps):
             rollout.observations[:, t] = pool.observations
@@ -105,6 +142,21 @@ class Trainer:
         }
 
     def optimize(self, hp: dict[str, Any]) -> dict[str, float]:
+        """All epochs on the rollout. If anything goes NaN/inf the model and optimizer are put
+        back exactly as they were before this update, then `NonFiniteLoss` is raised."""
+        model_before = {k: v.clone() for k, v in self.model.state_dict().items()}
+        optimizer_before = copy.deepcopy(self.optimizer.state_dict())
+        try:
+            metrics = self._optimize(hp)
+            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+                raise NonFiniteLoss("parameters became NaN/inf; update not applied")
+            return metrics
+        except NonFiniteLoss:
+            self.model.load_state_dict(model_before)
+            self.optimizer.load_state_dict(optimizer_before)
+            raise
+
+    def _optimize(self, hp: dict[str, Any]) -> dict[str, float]:
         cfg = self.config
         self.rollout.compute_advantages(cfg.gamma, cfg.gae_lambda)
         batch = self.rollout.flat_batch(self.device)
@@ -119,6 +171,8 @@ class Trainer:
             order = torch.from_numpy(self.shuffle_rng.permutation(self.rollout.size)).to(self.device)
             for indices in order.split(cfg.minibatch_size):
                 stats = self._minibatch_step({k: v[indices] for k, v in batch.items()}, clip_range, hp)
+                if stats is None:
+                    continue
                 for k in sums:
                     sums[k] += stats[k]
                 epoch_kl.append(stats["approx_kl"])
@@ -126,12 +180,12 @@ class Trainer:
             epochs_done += 1
             if cfg.target_kl is not None and float(np.mean(epoch_kl)) > cfg.target_kl:
                 break
-        metrics = {k: v / n_minibatches for k, v in sums.items()}
+        metrics = {k: v / max(n_minibatches, 1) for k, v in sums.items()}
         metrics["explained_variance"] = explained_variance(batch["values"], batch["returns"])
         metrics["epochs_done"] = epochs_done
         return metrics
 
-    def _minibatch_step(self, mb: dict[str, torch.Tensor], clip_range: float, hp: dict[str, Any]) -> dict[str, float]:
+    def _minibatch_step(self, mb: dict[str, torch.Tensor], clip_range: float, hp: dict[str, Any]) -> dict[str, float] | None:
         logits, values = self.model(mb["observations"])
         log_probs = torch.log_softmax(logits, -1).gather(-1, mb["actions"].unsqueeze(-1)).squeeze(-1)
         advantages = mb["advantages"]
@@ -146,7 +200,10 @@ class Trainer:
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLoss(f"non-finite loss ({float(loss)}) or gradient norm ({float(grad_norm)}); update skipped")
+            if self.config.skip_nonfinite:
+                self.nonfinite_skipped += 1
+                return None
+            raise NonFiniteLoss(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()}); update not applied")
         self.optimizer.step()
         return {"policy_loss": policy.loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item(),
                 "approx_kl": float(policy.approx_kl), "clip_fraction": float(policy.clip_fraction)}
@@ -166,6 +223,7 @@ class Trainer:
             learning_rate=hp["learning_rate"], clip_range=hp["clip_range"],
             sps=self.rollout.size / (done - start), sample_sps=self.rollout.size / (sampled - start),
             update_sps=self.rollout.size / (done - sampled),
+            worker_restarts=self.worker_restarts, nonfinite_skipped=self.nonfinite_skipped,
         )
         if self.scores:
             metrics["score_mean_100"] = float(np.mean(self.scores))
@@ -178,6 +236,10 @@ class Trainer:
     # -- checkpoints ----------------------------------------------------------------------------
 
     def state_dict(self, live_values: dict[str, Any]) -> dict[str, Any]:
+        try:
+            env_states = self.pool.get_state()
+        except PoolError:  # a broken pool: the checkpoint still saves the learner; games start afresh
+            env_states = None
         return {
             "config": self.config.to_dict(),
             "n_actions": self.pool.n_actions,
@@ -191,11 +253,20 @@ class Trainer:
             "live_values": live_values,
             "sample_generator": self.sample_generator.get_state(),
             "shuffle_rng": self.shuffle_rng.bit_generator.state,
-            "env_states": self.pool.get_state(),
+            "env_states": env_states,
+            "worker_restarts": self.worker_restarts,
+            "nonfinite_skipped": self.nonfinite_skipped,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
+        """Restore a checkpoint; `CheckpointError` if it belongs to another game or model."""
+        if state.get("n_actions") != self.pool.n_actions or state["config"]["frame_stack"] != self.config.frame_stack:
+            raise CheckpointError(f"checkpoint is for a model with {state.get('n_actions')} actions and "
+                                  f"{state['config']['frame_stack']} frames, this run has {self.pool.n_actions} and {self.config.frame_stack}")
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise CheckpointError(f"checkpoint does not fit this model: {str(e).splitlines()[0]}") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.update = state["update"]
         self.env_steps = state["env_steps"]
@@ -204,5 +275,9 @@ class Trainer:
         self.lengths.extend(state["lengths"])
         self.sample_generator.set_state(state["sample_generator"])
         self.shuffle_rng.bit_generator.state = state["shuffle_rng"]
+        self.worker_restarts = state.get("worker_restarts", 0)
+        self.nonfinite_skipped = state.get("nonfinite_skipped", 0)
         if state.get("env_states") is not None:
             self.pool.set_state(state["env_states"])
+        else:
+            self.pool.reset()

@@ -1,0 +1,151 @@
+"""Faults a run must survive: each one injected for real."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from configs.ppo import PPOConfig
+from experiments.breakout import game_specs
+from game.pool import PipePool
+from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ppo.seeding import derive_seeds
+from ppo.trainer import NonFiniteLoss, Trainer, WorkerKeepsFailing
+from tests.conftest import REPO
+from tests.test_experiment import TINY, summary_of
+
+
+def make_trainer(pool_stack, **overrides) -> tuple[Trainer, PipePool]:
+    config = PPOConfig(n_workers=2, worker_steps=16, minibatches=2, epochs=1, **overrides)
+    seeds = derive_seeds(config.seed, config.n_envs)
+    pool = pool_stack.enter_context(PipePool(game_specs(config, seeds.env_seeds), timeout_s=config.worker_timeout))
+    pool.reset()
+    trainer = Trainer(config, pool, seeds, torch.device("cpu"))
+    trainer.on_event = lambda message: None
+    return trainer, pool
+
+
+@pytest.fixture
+def pool_stack():
+    import contextlib
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+def test_killed_worker_is_replaced_and_training_goes_on(pool_stack) -> None:
+    trainer, pool = make_trainer(pool_stack)
+    trainer.step()
+    victim = pool.worker_pids()[1]
+    os.kill(victim, signal.SIGKILL)
+    metrics = trainer.step()
+    assert trainer.worker_restarts == 1 and metrics["worker_restarts"] == 1
+    assert pool.worker_pids()[1] != victim
+    assert trainer.update == 2 and trainer.env_steps == 2 * 32  # the broken rollout was redone whole
+    assert not os.path.exists(f"/proc/{victim}/status") or "State:\tZ" in Path(f"/proc/{victim}/status").read_text()
+
+
+def test_hung_worker_times_out_and_is_replaced(pool_stack) -> None:
+    trainer, pool = make_trainer(pool_stack, worker_timeout=1.0)
+    os.kill(pool.worker_pids()[0], signal.SIGSTOP)
+    trainer.step()
+    assert trainer.worker_restarts == 1
+
+
+def test_a_worker_that_keeps_dying_stops_the_run_naming_it(pool_stack) -> None:
+    trainer, pool = make_trainer(pool_stack, max_worker_restarts=1)
+    os.kill(pool.worker_pids()[1], signal.SIGKILL)
+    trainer.step()
+    os.kill(pool.worker_pids()[1], signal.SIGKILL)
+    with pytest.raises(WorkerKeepsFailing, match=r"worker 1 failed 2 times within 100 updates \(limit 1\).*worker 1 died"):
+        trainer.step()
+
+
+def test_nan_loss_leaves_the_model_as_it_was(pool_stack) -> None:
+    trainer, _ = make_trainer(pool_stack)
+    trainer.collect()
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.rollout.rewards[0, 3] = np.nan
+    with pytest.raises(NonFiniteLoss):
+        trainer.optimize(trainer.schedule())
+    for p, q in zip(trainer.model.parameters(), before, strict=True):
+        assert torch.equal(p, q)
+    assert not trainer.optimizer.state  # Adam's moments were rolled back too (none before the first step)
+
+
+def test_nan_loss_can_be_skipped_and_counted(pool_stack) -> None:
+    trainer, _ = make_trainer(pool_stack, skip_nonfinite=True)
+    trainer.collect()
+    trainer.rollout.rewards[0, 3] = np.inf
+    trainer.optimize(trainer.schedule())
+    # GAE spreads the inf over env 0's advantages; advantage normalisation makes every minibatch
+    # that holds one of them NaN, so all are skipped and counted, and the model stays finite.
+    assert trainer.nonfinite_skipped >= 1
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_full_disk_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoints" / "checkpoint.pt"
+    save_checkpoint(path, {"model": {"w": torch.ones(3)}, "config": {}, "update": 1})
+    # A child whose file-size limit is 4 KiB gets EFBIG writing a 1 MB checkpoint: a full disk.
+    code = (
+        "import resource, signal, torch; from pathlib import Path\n"
+        "from ppo.checkpoint import save_checkpoint, CheckpointError\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        f"try:\n    save_checkpoint(Path({str(path)!r}), {{'model': {{'w': torch.zeros(250_000)}}, 'config': {{}}, 'update': 2}})\n"
+        "except CheckpointError as e:\n    print('refused:', e)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "refused: could not write checkpoint" in result.stdout and "previous checkpoint is intact" in result.stdout, result.stderr
+    assert load_checkpoint(path)["update"] == 1
+    assert [p.name for p in path.parent.iterdir()] == ["checkpoint.pt"]  # no temp file left behind
+
+
+def test_corrupt_checkpoint_is_a_clear_error_and_nothing_is_overwritten(cli, tmp_path: Path) -> None:
+    first = cli.run("experiments.breakout", "--updates", "1", *TINY, "--data-dir", str(tmp_path))
+    summary = summary_of(first.stdout)
+    checkpoint = Path(summary["checkpoint"])
+    data = checkpoint.read_bytes()
+    checkpoint.write_bytes(data[: len(data) // 2])
+    result = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith(f"error: checkpoint {checkpoint} is corrupt or truncated")
+    assert checkpoint.read_bytes() == data[: len(data) // 2]
+    with pytest.raises(CheckpointError, match="not a checkpoint"):
+        torch.save({"something": 1}, tmp_path / "other.pt")
+        load_checkpoint(tmp_path / "other.pt")
+    assert cli.leftovers() == []
+
+
+def test_resume_is_exact(cli, tmp_path: Path) -> None:
+    """4 updates straight == k updates, SIGTERM, resume, 4 − k updates: the same parameters."""
+    args = ["--updates", "4", *TINY, "--checkpoint-every", "1", "--seed", "5"]
+    straight = cli.run("experiments.breakout", *args, "--data-dir", str(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    reference = load_checkpoint(Path(summary_of(straight.stdout)["checkpoint"]))
+
+    process = cli.start("experiments.breakout", *args, "--data-dir", str(tmp_path / "split"))
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "split").glob("breakout/*/checkpoints/checkpoint.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    stdout, _ = process.communicate(timeout=120)
+    interrupted = summary_of(stdout)
+    assert interrupted["updates"] < 4, "the run ended before it could be interrupted"
+    resumed = cli.run("experiments.breakout", "--resume", interrupted["run_uuid"], "--data-dir", str(tmp_path / "split"))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    final = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))
+
+    assert final["update"] == reference["update"] == 4
+    assert final["scores"] == reference["scores"] and final["games"] == reference["games"]
+    for name, tensor in reference["model"].items():
+        assert torch.equal(tensor, final["model"][name]), name
+    assert cli.leftovers() == []
