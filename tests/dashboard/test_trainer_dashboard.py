@@ -1,0 +1,51 @@
+"""The real trainer (`python -m experiments.breakout --dashboard URL`) against the real dashboard."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from dashboard_support import REPO, Dashboard, Process, run_tool
+from test_live_run import series_of
+
+
+def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashboard, tmp_path: Path) -> None:
+    run = Process([sys.executable, "-m", "experiments.breakout", "--updates", "60", "--n-workers", "2",
+                   "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--anneal-learning-rate", "false",
+                   "--data-dir", str(tmp_path), "--dashboard", dashboard.url], cwd=REPO)
+    try:
+        line = run.wait_for_line(lambda text: "Monitor experiment at" in text)
+        run_uuid = re.search(r"/run/([0-9a-f]{32})", line).group(1)
+
+        tweak = run_tool("experiments.tweak", run_uuid, "learning_rate=1e-3", "--dashboard", dashboard.url)
+        assert tweak.returncode == 0, tweak.stderr
+        # The trainer applies it at its next update and says so on its console.
+        run.wait_for_line(lambda text: "Dynamic hyper parameter changed" in text and "learning_rate" in text)
+        assert run.wait() == 0, run.output[-3000:]
+    finally:
+        run.kill()
+
+    summary = json.loads((tmp_path / "breakout" / run_uuid / "summary.json").read_text())
+    assert summary["updates"] == 60
+
+    status, info = dashboard.request("GET", f"/api/v1/run/{run_uuid}")
+    assert status == 200 and info["name"] == "breakout"
+    configs = {c["key"]: c for c in info["configs"]}
+    assert configs["n_workers"]["computed"] == 2 and configs["clip_range"]["computed"]["type"] == "DynamicSchedule"
+
+    deadline = time.monotonic() + 30
+    while True:  # labml delivers the last packets as the run exits
+        status, metrics = dashboard.request("POST", f"/api/v1/metrics/{run_uuid}", {"get_all": True})
+        names = {s["name"] for s in metrics.get("series", [])}
+        if {"policy_loss", "value_loss", "learning_rate"} <= names or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert {"policy_loss", "value_loss", "entropy", "learning_rate", "sps"} <= names, names
+    lr = series_of(metrics, "learning_rate")["value"]
+    # The live change replaced the (here un-annealed) base learning rate mid-run.
+    assert abs(lr[0] - 2.5e-4) < 1e-9 and abs(lr[-1] - 1e-3) < 1e-9, lr
+    if summary["games"]:
+        assert "score_mean_100" in names
