@@ -62,11 +62,9 @@ def bound_sps(ale_vector_sps: float, infer_sps: float, train_sps: float, epochs:
     CPU, env and network share the cores, so the costs add; with a GPU, stepping (CPU) and
     inference (GPU) could overlap, and only the slower of the two counts.
     """
-    if device_type == "cpu":
-        seconds = 1 / ale_vector_sps + 1 / infer_sps + epochs / train_sps
-    else:
-        seconds = max(1 / ale_vector_sps, 1 / infer_sps) + epochs / train_sps
-    return 1 / seconds
+    env_s, infer_s, train_s = 1 / ale_vector_sps, 1 / infer_sps, epochs / train_sps
+    sample_s = env_s + infer_s if device_type == "cpu" else max(env_s, infer_s)
+    return 1 / (sample_s + train_s)
 
 
 # ---- timing ------------------------------------------------------------------------------------
@@ -298,6 +296,12 @@ def measure_network(config: PPOConfig, n_actions: int, device: torch.device, dur
         infer, train = _network_steps(config, n_actions, device, frames, memory_format, generator)
         out[f"infer_sps_{layout}"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
         out[f"train_sps_{layout}"] = timed_rate(train, config.minibatch_size, duration, warmup, sync=sync)["rate"]
+    # Inference on one thread: what sampling gets if it leaves the other cores to the workers.
+    torch.set_num_threads(1)
+    fmt = torch.channels_last if out["infer_sps_channels_last"] > out["infer_sps_contiguous"] else torch.contiguous_format
+    infer, _ = _network_steps(config, n_actions, device, frames, fmt, generator)
+    out["infer_sps_1_thread"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
+    torch.set_num_threads(out["torch_threads"])
     out["infer_sps"] = max(out["infer_sps_contiguous"], out["infer_sps_channels_last"])
     out["train_sps"] = max(out["train_sps_contiguous"], out["train_sps_channels_last"])
     out["infer_memory_format"] = max(("contiguous", "channels_last"), key=lambda k: out[f"infer_sps_{k}"])
@@ -350,6 +354,7 @@ def format_table(r: dict[str, Any]) -> str:
         ("ale_vector_sps", f"ale-py AtariVectorEnv, {c['n_envs']} envs, {r['ale_vector_threads']} threads"),
         ("pool_env_sps", f"PipePool random actions, {c['n_workers']} workers × {c['envs_per_worker']} envs"),
         ("infer_sps", f"forward at batch {c['n_envs']}, {r['torch_threads']} threads ({r['infer_memory_format']})"),
+        ("infer_sps_1_thread", f"forward at batch {c['n_envs']}, 1 thread ({r['infer_memory_format']})"),
         ("train_sps", f"fwd+bwd+Adam at minibatch {c['minibatch_size']} ({r['train_memory_format']})"),
         ("sample_sps", "Trainer.collect (rollout with inference)"),
         ("update_sps", f"Trainer.optimize ({c['epochs']} epochs × {c['minibatches']} minibatches)"),
@@ -359,8 +364,8 @@ def format_table(r: dict[str, Any]) -> str:
     lines = [f"benchmark {r['date']}  device {r['device']}  cores {r['cpu_count']}  torch {r['torch_version']}",
              f"config: {c['n_workers']} workers × {c['envs_per_worker']} envs, {c['worker_steps']} steps, "
              f"batch {c['batch_size']}, {c['epochs']} epochs × {c['minibatches']} minibatches",
-             "", f"{'measure':<16}{'agent steps/s':>14}  what"]
-    lines += [f"{key:<16}{r[key]:>14,.1f}  {what}" for key, what in rows]
+             "", f"{'measure':<19}{'steps/s':>11}  what"]
+    lines += [f"{key:<19}{r[key]:>11,.1f}  {what}" for key, what in rows]
     lines += [
         "",
         f"loop / bound      {r['loop_fraction_of_bound']:.1%}",

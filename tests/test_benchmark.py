@@ -106,6 +106,7 @@ def test_benchmark_prints_consistent_json_and_leaves_no_process() -> None:
     assert data["pool_fraction_of_ale"] == pytest.approx(data["pool_env_sps"] / data["ale_vector_sps"])
     assert data["infer_sps"] == max(data["infer_sps_contiguous"], data["infer_sps_channels_last"])
     assert data["train_sps"] == max(data["train_sps_contiguous"], data["train_sps_channels_last"])
+    assert data["infer_sps_1_thread"] > 0
 
     # Memory: the trainer and the workers (2 workers + the forkserver) were all measured.
     assert data["trainer_peak_rss_mb"] >= data["trainer_rss_mb"] > 0
