@@ -94,7 +94,7 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
         if resume is not None:
             trainer.load_state_dict(resume)
         else:
-            pool.reset()
+            trainer.reset_envs()
         first_update, first_steps = trainer.update, trainer.env_steps
 
         def checkpoint() -> Path:

@@ -143,13 +143,26 @@ class PipePool(EnvPool):
             for w in range(self.n_envs // envs_per_worker):
                 envs = range(w * envs_per_worker, (w + 1) * envs_per_worker)
                 self._workers.append(self._spawn(envs))
-            for w, info in enumerate(self._gather(range(self.n_workers), start_timeout_s)):
-                self._workers[w].info = info
+            for w in range(self.n_workers):
+                self._await_start(w, start_timeout_s)
         except BaseException:
             self.close()
             raise
         self.n_actions = self._workers[0].info["n_actions"]
         self.action_meanings = self._workers[0].info["action_meanings"]
+
+    def _await_start(self, index: int, timeout_s: float, attempts: int = 3) -> None:
+        """Wait for worker `index` to report ready; a worker that dies while starting (killed, out
+        of memory) is started again, up to `attempts` times, before the failure is raised."""
+        for attempt in range(attempts):
+            try:
+                self._workers[index].info = self._gather([index], timeout_s)[0]
+                return
+            except (WorkerDied, WorkerTimeout):
+                if attempt == attempts - 1:
+                    raise
+                self._stop([self._workers[index]], timeout_s=1.0)
+                self._workers[index] = self._spawn(self._workers[index].envs)
 
     @property
     def n_workers(self) -> int:
@@ -196,7 +209,7 @@ class PipePool(EnvPool):
         for i in self._workers[index].envs:
             self.specs[i] = replace(self.specs[i], seed=self.specs[i].seed + seed_offset)
         self._workers[index] = self._spawn(self._workers[index].envs)
-        self._workers[index].info = self._gather([index], self.timeout_s)[0]
+        self._await_start(index, self.timeout_s)
 
     def close(self) -> None:
         if self._closed:

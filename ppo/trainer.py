@@ -83,9 +83,16 @@ class Trainer:
         over from the envs' current states: the interrupted trajectories are dropped whole, so no
         transition ever straddles the replacement. Games already finished still count.
         """
+        self._with_worker_restarts(self._collect_once)
+
+    def reset_envs(self) -> None:
+        """Start a new game in every env (a run's start)."""
+        self._with_worker_restarts(self.pool.reset)
+
+    def _with_worker_restarts(self, pool_call: Callable[[], Any]) -> Any:
         while True:
             try:
-                return self._collect_once()
+                return pool_call()
             except PoolError as failure:
                 self._replace_worker(failure)
 
@@ -277,7 +284,9 @@ class Trainer:
         self.shuffle_rng.bit_generator.state = state["shuffle_rng"]
         self.worker_restarts = state.get("worker_restarts", 0)
         self.nonfinite_skipped = state.get("nonfinite_skipped", 0)
-        if state.get("env_states") is not None:
-            self.pool.set_state(state["env_states"])
+        env_states = state.get("env_states")
+        if env_states is not None:
+            # A replacement worker takes the saved emulator states as well: the resume stays exact.
+            self._with_worker_restarts(lambda: self.pool.set_state(env_states))
         else:
-            self.pool.reset()
+            self.reset_envs()

@@ -1,0 +1,175 @@
+"""Break a real training run on purpose and check it survives: `python -m experiments.chaos`.
+
+Two legs, each a short real run of `python -m experiments.breakout` in a subprocess:
+1. **interrupt and resume**: SIGTERM mid-run (repeatedly), `--resume` each time, until done; the
+   final parameters must equal those of an uninterrupted run with the same seed (exact resume).
+2. **killed workers**: SIGKILL random worker processes while it trains, plus a SIGTERM and a
+   resume; the run must finish with every kill counted as a worker restart. A replacement worker
+   starts its games from fresh seeds, so this leg's parameters are *meant* to differ.
+After both, no process of any run may be left alive. The last line printed is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from configs.cli import OneLineParser, fail
+from ppo.checkpoint import load_checkpoint
+
+MARK = "BREAKOUT_CHAOS_MARK"
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except FileNotFoundError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def worker_pids(trainer_pid: int) -> list[int]:
+    """The game workers: children of the trainer's forkserver."""
+    workers = []
+    for child in _children(trainer_pid):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        if b"forkserver" in cmdline:
+            workers.extend(_children(child))
+    return workers
+
+
+def marked_processes(marker: str) -> list[int]:
+    needle = f"{MARK}={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0") and "State:\tZ" not in (entry / "status").read_text():
+                    found.append(int(entry.name))
+            except (FileNotFoundError, PermissionError, ProcessLookupError):
+                pass
+    return found
+
+
+class Runner:
+    def __init__(self, data_dir: Path, base_args: list[str], marker: str) -> None:
+        self.data_dir, self.base_args = data_dir, base_args
+        self.env = dict(os.environ, **{MARK: marker})
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "experiments.breakout", *self.base_args, *args,
+                                 "--data-dir", str(self.data_dir)], env=self.env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    @staticmethod
+    def finish(process: subprocess.Popen[str]) -> tuple[int, dict[str, Any]]:
+        stdout, stderr = process.communicate(timeout=1800)
+        last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+        if not last.endswith("summary.json"):
+            raise RuntimeError(f"run gave no summary (exit {process.returncode}):\n{stderr[-2000:]}")
+        return process.returncode, json.loads(Path(last).read_text())
+
+
+def wait_for_checkpoint(run: subprocess.Popen[str], data_dir: Path, after: float, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and run.poll() is None:
+        if any(p.stat().st_mtime > after for p in data_dir.glob("*/*/checkpoints/checkpoint.pt")):
+            return
+        time.sleep(0.05)
+
+
+def interrupted_run(runner: Runner, rng: random.Random, interruptions: int, kills: int) -> dict[str, Any]:
+    """Run to the end, SIGTERM-ing it `interruptions` times (resuming each time) and SIGKILL-ing
+    `kills` random workers along the way."""
+    resumes, kills_done, run_uuid, args = 0, 0, None, ()
+    while True:
+        started = time.time()
+        run = runner.start(*args)
+        if kills and resumes == 0:
+            wait_for_checkpoint(run, runner.data_dir, started)  # training is under way
+        for _ in range(kills if resumes == 0 else 0):
+            time.sleep(rng.uniform(0.2, 1.5))
+            victims = worker_pids(run.pid)
+            if run.poll() is None and victims:
+                os.kill(rng.choice(victims), signal.SIGKILL)
+                kills_done += 1
+        if resumes < interruptions:
+            wait_for_checkpoint(run, runner.data_dir, started)
+            time.sleep(rng.uniform(0.0, 0.5))  # land anywhere in the next update
+            if run.poll() is None:
+                run.send_signal(signal.SIGTERM)
+        code, summary = Runner.finish(run)
+        run_uuid = summary["run_uuid"]
+        if summary["status"] == "completed":
+            summary.update(resumes=resumes, kills=kills_done)
+            return summary
+        if code != 128 + signal.SIGTERM:
+            raise RuntimeError(f"run {run_uuid} ended with {code}: {summary.get('error')}")
+        resumes += 1
+        args = ("--resume", run_uuid)
+
+
+def same_parameters(a: Path, b: Path) -> bool:
+    first, second = load_checkpoint(a)["model"], load_checkpoint(b)["model"]
+    return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m experiments.chaos", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--updates", type=int, default=12, help="updates per run")
+    parser.add_argument("--interruptions", type=int, default=2, help="SIGTERM + resume cycles per leg")
+    parser.add_argument("--kills", type=int, default=3, help="workers SIGKILLed in the second leg")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the runs and the chaos")
+    parser.add_argument("--data-dir", default=None, help="where the runs go (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    for name in ("updates", "interruptions", "kills"):
+        if getattr(args, name) < (1 if name == "updates" else 0):
+            fail(f"--{name} {getattr(args, name)}: expected an integer ≥ {1 if name == 'updates' else 0}")
+
+    rng = random.Random(args.seed)
+    marker = os.urandom(8).hex()
+    base = ["--updates", str(args.updates), "--n-workers", "4", "--worker-steps", "32", "--minibatches", "2",
+            "--epochs", "2", "--checkpoint-every", "1", "--seed", str(args.seed), "--max-worker-restarts", str(args.kills + 1)]
+    with tempfile.TemporaryDirectory(prefix="chaos-") as temp:
+        root = Path(args.data_dir or temp)
+        straight = Runner(root / "straight", base, marker)
+        code, reference = Runner.finish(straight.start())
+        if code != 0:
+            fail(f"the uninterrupted reference run failed with exit code {code}")
+        resumed = interrupted_run(Runner(root / "resumed", base, marker), rng, args.interruptions, kills=0)
+        killed = interrupted_run(Runner(root / "killed", base, marker), rng, min(args.interruptions, 1), kills=args.kills)
+        time.sleep(0.5)
+        leftovers = marked_processes(marker)
+        result = {
+            "updates_completed": resumed["updates"] + killed["updates"],
+            "worker_restarts": killed["worker_restarts"],
+            "workers_killed": killed["kills"],
+            "resumes": resumed["resumes"] + killed["resumes"],
+            "games": resumed["games"] + killed["games"],
+            "params_match_uninterrupted": same_parameters(Path(reference["checkpoint"]), Path(resumed["checkpoint"])),
+            "killed_leg_params_match": same_parameters(Path(reference["checkpoint"]), Path(killed["checkpoint"])),
+            "processes_left": len(leftovers),
+        }
+    print(json.dumps(result))
+    ok = result["params_match_uninterrupted"] and result["worker_restarts"] == result["workers_killed"] and not leftovers
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
