@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from labml import experiment, logger, monit, tracker
 from labml.internal.lab import lab_singleton
 from labml.logger import Text
@@ -71,7 +70,6 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
     """Run the experiment; returns the path of summary.json and the process exit code:
     0 when done, 128 + signal number when Ctrl-C/SIGTERM stopped it early (after a checkpoint),
     1 when a fault stopped it (the message says which; the last good state is checkpointed)."""
-    torch.set_num_threads(config.torch_threads or torch.get_num_threads())
     device = resolve_device(config.device)
     # An absolute experiments_path puts runs under data_dir while labml's project root (found
     # through .labml.yaml) stays this repository, so each run records the code's git commit.

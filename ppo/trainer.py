@@ -47,7 +47,8 @@ class Trainer:
         self.live_values = live_values or (lambda: {k: getattr(config, k) for k in
                                                    ("learning_rate", "clip_range", "entropy_coef", "value_coef", "epochs")})
         torch.manual_seed(seeds.torch_seed)  # model initialisation
-        self.model = ActorCritic(pool.n_actions, config.frame_stack).to(device)
+        self.model = ActorCritic(pool.n_actions, config.frame_stack, config.channels_last).to(device)
+        self.train_threads = config.torch_threads or torch.get_num_threads()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
         self.sample_generator = torch.Generator(device=device)
         self.sample_generator.manual_seed(seeds.torch_seed)
@@ -113,6 +114,8 @@ class Trainer:
 
     def _collect_once(self) -> None:
         rollout, pool = self.rollout, self.pool
+        if self.device.type == "cpu":
+            torch.set_num_threads(self.config.sample_threads)
         for t in range(rollout.n_steps):
             rollout.observations[:, t] = pool.observations
             actions, log_probs, values = self._policy(pool.observations)
@@ -165,6 +168,7 @@ class Trainer:
 
     def _optimize(self, hp: dict[str, Any]) -> dict[str, float]:
         cfg = self.config
+        torch.set_num_threads(self.train_threads)
         self.rollout.compute_advantages(cfg.gamma, cfg.gae_lambda)
         batch = self.rollout.flat_batch(self.device)
         for group in self.optimizer.param_groups:
