@@ -6,6 +6,7 @@ Framework-free: labml bookkeeping lives in `experiments/`, so this is testable o
 from __future__ import annotations
 
 import copy
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -46,9 +47,12 @@ class Trainer:
         self.device = device
         self.live_values = live_values or (lambda: {k: getattr(config, k) for k in
                                                    ("learning_rate", "clip_range", "entropy_coef", "value_coef", "epochs")})
-        torch.manual_seed(seeds.torch_seed)  # model initialisation
+        # Set before initialising: orthogonal init runs a QR whose last bits depend on the thread
+        # count, and the same seed must give the same model whatever ran in this process before.
+        self.train_threads = config.torch_threads or os.cpu_count() or 1
+        torch.set_num_threads(self.train_threads)
+        torch.manual_seed(seeds.torch_seed)
         self.model = ActorCritic(pool.n_actions, config.frame_stack, config.channels_last).to(device)
-        self.train_threads = config.torch_threads or torch.get_num_threads()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
         self.sample_generator = torch.Generator(device=device)
         self.sample_generator.manual_seed(seeds.torch_seed)
