@@ -77,9 +77,29 @@ class EnvPool(ABC):
     def reset(self) -> np.ndarray:
         """Start a new game in every env; returns `observations`."""
 
-    @abstractmethod
+    n_workers: int
+
     def step(self, actions: np.ndarray) -> StepBatch:
         """Apply one action per env; `observations` then holds the next observations."""
+        every = range(self.n_workers)
+        self.step_async(actions, every)
+        return self.step_wait(every)
+
+    @abstractmethod
+    def step_async(self, actions: np.ndarray, workers: range) -> None:
+        """Start stepping the envs of `workers` (a contiguous range of worker indices)."""
+
+    @abstractmethod
+    def step_wait(self, workers: range) -> StepBatch:
+        """Finish the step `step_async` started for `workers`; a batch of their envs only."""
+
+    @abstractmethod
+    def restart_worker(self, index: int, seed_offset: int) -> None:
+        """Replace a failed worker; its games restart with seeds shifted by `seed_offset`."""
+
+    @abstractmethod
+    def drain(self) -> None:
+        """Settle requests still in flight after a failure, so every worker takes new commands."""
 
     @abstractmethod
     def get_state(self) -> list[dict[str, Any]]:
@@ -105,6 +125,7 @@ class _Worker:
     conn: Connection
     envs: range
     info: dict[str, Any] = field(default_factory=dict)
+    awaiting: bool = False  # a request was sent and its reply not read yet
 
 
 class PipePool(EnvPool):
@@ -180,11 +201,24 @@ class PipePool(EnvPool):
         self._request_all(Command.RESET)
         return self.observations
 
-    def step(self, actions: np.ndarray) -> StepBatch:
+    def step_async(self, actions: np.ndarray, workers: range) -> None:
+        """Start stepping the envs of `workers` (a contiguous range) with `actions` (one per env of
+        those workers) and return at once: the caller works while they step. `step_wait` ends it."""
         self._check_open()
-        np.copyto(self._actions, actions, casting="same_kind")
-        replies = self._request_all(Command.STEP)
-        batch = self._batch
+        envs = self._envs_of(workers)
+        np.copyto(self._actions[envs], actions, casting="same_kind")
+        for w in workers:
+            self._send(self._workers[w], Command.STEP)
+
+    def step_wait(self, workers: range) -> StepBatch:
+        """Wait for the step started by `step_async(…, workers)`; the batch covers their envs only
+        (its arrays are views valid until those envs step again; env indices are global)."""
+        replies = self._gather(workers, self.timeout_s)
+        envs = self._envs_of(workers)
+        if envs == slice(0, self.n_envs):
+            batch = self._batch
+        else:
+            batch = StepBatch(self._batch.rewards[envs], self._batch.terminals[envs], self._batch.truncations[envs])
         batch.episodes = []
         batch.final_observations = {}
         for events in replies:
@@ -192,6 +226,19 @@ class PipePool(EnvPool):
                 batch.episodes.extend(events[0])
                 batch.final_observations.update(events[1])
         return batch
+
+    def drain(self) -> None:
+        """Read and drop the replies of requests still in flight (after a failure elsewhere), so
+        every worker is ready for a new command. Failures found here surface on the next request."""
+        in_flight = [i for i, w in enumerate(self._workers) if w.awaiting]
+        if in_flight:
+            try:
+                self._gather(in_flight, self.timeout_s)
+            except PoolError:
+                pass
+
+    def _envs_of(self, workers: range) -> slice:
+        return slice(workers.start * self.envs_per_worker, workers.stop * self.envs_per_worker)
 
     def get_state(self) -> list[dict[str, Any]]:
         return [state for states in self._request_all(Command.GET_STATE) for state in states]
@@ -205,6 +252,8 @@ class PipePool(EnvPool):
 
     def restart_worker(self, index: int, seed_offset: int) -> None:
         """Replace worker `index` with a fresh process whose games have new derived seeds."""
+        self._workers[index].awaiting = False
+        self.drain()
         self._stop([self._workers[index]], timeout_s=2.0)
         for i in self._workers[index].envs:
             self.specs[i] = replace(self.specs[i], seed=self.specs[i].seed + seed_offset)
@@ -238,6 +287,7 @@ class PipePool(EnvPool):
         return _Worker(process, parent, envs)
 
     def _send(self, worker: _Worker, command: Command, payload: Any = None) -> None:
+        worker.awaiting = command is not Command.CLOSE
         try:
             worker.conn.send((command, payload))
         except (BrokenPipeError, ConnectionResetError, OSError):
@@ -245,6 +295,7 @@ class PipePool(EnvPool):
 
     def _request_all(self, command: Command) -> list[Any]:
         self._check_open()
+        self.drain()
         for w in self._workers:
             self._send(w, command)
         return self._gather(range(self.n_workers), self.timeout_s)
@@ -254,6 +305,8 @@ class PipePool(EnvPool):
         the survivors stay in step; then raises the first failure, naming its worker."""
         pending = {self._workers[i].conn: i for i in indices}
         sentinels = {self._workers[i].process.sentinel: i for i in indices}
+        for i in indices:
+            self._workers[i].awaiting = False  # answered, failed or abandoned: not in flight any more
         values: dict[int, Any] = {}
         failures: list[PoolError] = []
         deadline = time.monotonic() + timeout_s

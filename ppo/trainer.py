@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from configs.ppo import PPOConfig
-from game.pool import EnvPool, PoolError
+from game.pool import EnvPool, PoolError, StepBatch
 from ppo.checkpoint import CheckpointError
 from ppo.losses import clipped_policy_loss, clipped_value_loss, entropy_bonus, explained_variance
 from ppo.model import ActorCritic, sample_actions
@@ -120,26 +120,59 @@ class Trainer:
         rollout, pool = self.rollout, self.pool
         if self.device.type == "cpu":
             torch.set_num_threads(self.config.sample_threads)
-        for t in range(rollout.n_steps):
-            rollout.observations[:, t] = pool.observations
-            actions, log_probs, values = self._policy(pool.observations)
-            actions_np = actions.cpu().numpy()
-            rollout.actions[:, t] = actions_np
-            rollout.log_probs[:, t] = log_probs.cpu().numpy()
-            rollout.values[:, t] = values.cpu().numpy()
-            step = pool.step(actions_np)
-            rollout.rewards[:, t] = step.rewards
-            rollout.terminals[:, t] = step.terminals
-            rollout.truncations[:, t] = step.truncations
-            if step.final_observations:  # rare: bootstrap the time-limited episodes
-                envs = sorted(step.final_observations)
-                rollout.truncation_values[envs, t] = self._values(np.stack([step.final_observations[i] for i in envs]))
-            for _, game in step.episodes:
-                self.scores.append(game.score)
-                self.lengths.append(game.length)
-                self.games += 1
+        try:
+            if self.config.overlap_sampling and pool.n_workers >= 2:
+                self._collect_overlapped()
+            else:
+                every = slice(0, pool.n_envs)
+                for t in range(rollout.n_steps):
+                    self._record(pool.step(self._act(every, t)), every, t)
+        except PoolError:
+            pool.drain()  # the other half may still be stepping: read its reply before a restart
+            raise
         rollout.last_values[:] = self._values(pool.observations)
         self.env_steps += rollout.size
+
+    def _collect_overlapped(self) -> None:
+        """Double-buffered sampling: one half of the workers steps while the network chooses the
+        other half's actions, so neither the envs nor the network waits for the other."""
+        half = self.pool.n_workers // 2
+        per_worker = self.pool.n_envs // self.pool.n_workers
+        groups = [(range(0, half), slice(0, half * per_worker)),
+                  (range(half, self.pool.n_workers), slice(half * per_worker, self.pool.n_envs))]
+        for workers, envs in groups:
+            self.pool.step_async(self._act(envs, 0), workers)
+        for t in range(self.rollout.n_steps):
+            for workers, envs in groups:
+                self._record(self.pool.step_wait(workers), envs, t)
+                if t + 1 < self.rollout.n_steps:
+                    self.pool.step_async(self._act(envs, t + 1), workers)
+
+    def _act(self, envs: slice, t: int) -> np.ndarray:
+        """Choose actions for `envs` at step t from their current observations; store them."""
+        rollout = self.rollout
+        observations = self.pool.observations[envs]
+        rollout.observations[envs, t] = observations
+        actions, log_probs, values = self._policy(observations)
+        actions_np = actions.cpu().numpy()
+        rollout.actions[envs, t] = actions_np
+        rollout.log_probs[envs, t] = log_probs.cpu().numpy()
+        rollout.values[envs, t] = values.cpu().numpy()
+        return actions_np
+
+    def _record(self, step: StepBatch, envs: slice, t: int) -> None:
+        rollout = self.rollout
+        rollout.rewards[envs, t] = step.rewards
+        rollout.terminals[envs, t] = step.terminals
+        rollout.truncations[envs, t] = step.truncations
+        if step.final_observations:  # rare: bootstrap the time-limited episodes
+            truncated = sorted(step.final_observations)
+            final = np.stack([step.final_observations[i] for i in truncated])
+            rollout.truncation_values[truncated, t] = self._values(final)
+        for _, game in step.episodes:
+            self.scores.append(game.score)
+            self.lengths.append(game.length)
+            self.games += 1
 
     # -- optimisation ---------------------------------------------------------------------------
 
