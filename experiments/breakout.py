@@ -77,7 +77,11 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
                                         "app_url": app_url(config.dashboard), "app_open_browser": False})
     experiment.create(name=config.name, uuid=run_uuid, writers={"screen", "app"} if config.dashboard else {"screen"})
     live = LiveHyperParams(config, resume["live_values"] if resume else None)
-    experiment.configs(live.labml_configs(config))
+    # Values that differ from the defaults are passed as labml's overrides, so the dashboard lists
+    # them as this run's hyperparameters (live keys stay DynamicHyperParams, already set).
+    defaults = PPOConfig().to_dict()
+    changed = {k: v for k, v in config.to_dict().items() if v != defaults[k] and k not in live.params}
+    experiment.configs(live.labml_configs(config), changed)
     run_dir = lab_singleton().experiments / config.name / experiment.get_uuid()
     seeds = derive_seeds(config.seed, config.n_envs)
     for name in PRINTED_METRICS:

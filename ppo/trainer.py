@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from configs.ppo import PPOConfig
+from configs.ppo import PPOConfig, live_ranges
 from game.pool import EnvPool, PoolError, StepBatch
 from ppo.checkpoint import CheckpointError
 from ppo.losses import clipped_policy_loss, clipped_value_loss, entropy_bonus, explained_variance
@@ -45,8 +45,8 @@ class Trainer:
         self.config = config
         self.pool = pool
         self.device = device
-        self.live_values = live_values or (lambda: {k: getattr(config, k) for k in
-                                                   ("learning_rate", "clip_range", "entropy_coef", "value_coef", "epochs")})
+        # Where the live hyperparameters come from: labml's dynamic values in a run, the config here.
+        self.live_values = live_values or (lambda: {k: getattr(config, k) for k in live_ranges()})
         # Set before initialising: orthogonal init runs a QR whose last bits depend on the thread
         # count, and the same seed must give the same model whatever ran in this process before.
         self.train_threads = config.torch_threads or os.cpu_count() or 1
@@ -226,7 +226,7 @@ class Trainer:
                 epoch_kl.append(stats["approx_kl"])
                 n_minibatches += 1
             epochs_done += 1
-            if cfg.target_kl is not None and float(np.mean(epoch_kl)) > cfg.target_kl:
+            if cfg.target_kl is not None and epoch_kl and float(np.mean(epoch_kl)) > cfg.target_kl:
                 break
         metrics = {k: v / max(n_minibatches, 1) for k, v in sums.items()}
         metrics["explained_variance"] = explained_variance(batch["values"], batch["returns"])

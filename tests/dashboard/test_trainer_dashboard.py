@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
 
+from browser import CHROMIUM, Browser
 from dashboard_support import REPO, Dashboard, Process, run_tool
+from test_browser import SCREENSHOT_ENV
 from test_live_run import series_of
 
 
@@ -49,3 +53,17 @@ def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashb
     assert abs(lr[0] - 2.5e-4) < 1e-9 and abs(lr[-1] - 1e-3) < 1e-9, lr
     if summary["games"]:
         assert "score_mean_100" in names
+
+    if not CHROMIUM.exists():
+        return  # the browser half is covered (and reported as skipped) by test_browser.py
+    # What a person sees: the Breakout run's page draws its charts (this PNG is the README's).
+    with Browser(tmp_path / "chromium-profile") as browser:
+        browser.load(f"{dashboard.url}/run/{run_uuid}")
+        drawn = browser.wait_until("document.body.innerText.includes('breakout')"
+                                   " && document.querySelectorAll('.labml-card svg path').length > 0", 60)
+        screenshot = tmp_path / "breakout-run.png"
+        browser.screenshot(screenshot)
+    assert drawn, "the Breakout run page never drew its charts"
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get(SCREENSHOT_ENV):
+        shutil.copy(screenshot, os.environ[SCREENSHOT_ENV])
