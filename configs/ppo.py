@@ -137,7 +137,12 @@ class ConfigError(ValueError):
         self.option = "--" + name.replace("_", "-")
         self.value = value
         self.accepted = accepted
-        shown = "none" if value is None else value
+        if value is None:
+            shown = "none"
+        elif isinstance(value, str) and (not value.strip() or value != value.strip() or not value.isprintable()):
+            shown = repr(value)  # '' or '\n' must stay visible, and the message one line
+        else:
+            shown = str(value)
         super().__init__(f"{self.option} {shown}: expected {accepted}")
 
 

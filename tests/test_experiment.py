@@ -95,7 +95,7 @@ def test_same_seed_gives_the_same_first_rollout() -> None:
     (["--learning_rate", "nan"], "--learning-rate nan: expected a finite number"),
     (["--gamma", "1.5"], "--gamma 1.5: expected a number in [0, 1]"),
     (["--game", "NoSuchGame"], "--game NoSuchGame: expected an ALE game"),
-    (["--game", ""], "--game : expected a non-empty string"),
+    (["--game", ""], "--game '': expected a non-empty string"),
     (["--epochs", "100"], "--epochs 100: expected a value in [1, 32]"),
     (["--updates", "2", "--total-env-steps", "5000"], "either --updates or --total-env-steps"),
     (["--device", "tpu"], "--device tpu: expected auto, cpu, cuda or cuda:N"),
