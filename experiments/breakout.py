@@ -20,10 +20,11 @@ from configs.cli import OneLineParser, config_from_overrides, fail, parse_config
 from configs.live import LiveHyperParams
 from configs.ppo import ConfigError, PPOConfig, config_fields
 from dashboard.client import finish_app_tracking
-from game.atari import GameSpec
+from game.atari import GameSpec, make_ale_env
 from game.pool import PipePool, PoolError
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
 from ppo.evaluation import record_training_video
+from ppo.model import ActorCritic
 from ppo.runs import checkpoint_path, find_run, release_run, running_pid
 from ppo.seeding import derive_seeds
 from ppo.stopping import GracefulStop
@@ -62,8 +63,20 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
         if name not in run_options and value != getattr(saved, name):
             raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as --device may change on --resume)")
     config = config_from_overrides(overrides, saved)
+    check_fits(checkpoint, config)
     release_run(run_dir)
     return config, checkpoint
+
+
+def check_fits(checkpoint: dict[str, Any], config: PPOConfig) -> None:
+    """Refuse, before anything starts, a checkpoint whose model cannot play this game."""
+    n_actions = make_ale_env(config.game).action_space.n
+    if checkpoint.get("n_actions") != n_actions:
+        raise CheckpointError(f"the checkpoint's model has {checkpoint.get('n_actions')} actions; {config.game} has {n_actions}")
+    try:
+        ActorCritic(n_actions, config.frame_stack).load_state_dict(checkpoint["model"])
+    except RuntimeError as e:
+        raise CheckpointError(f"the checkpoint's model does not fit this config: {str(e).splitlines()[0]}") from None
 
 
 def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str | None = None) -> tuple[Path, int]:

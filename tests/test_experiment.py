@@ -45,6 +45,14 @@ def test_smoke_two_updates_through_the_cli(cli, tmp_path: Path) -> None:
     assert cli.leftovers() == []
 
 
+def test_training_films_a_game_every_k_updates(cli, tmp_path: Path) -> None:
+    result = cli.run("experiments.breakout", "--updates", "2", *TINY, "--eval-video-every", "2", "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = Path(summary_of(result.stdout)["run_dir"])
+    assert [p.name for p in (run_dir / "videos").iterdir()] == ["update_000002.mp4"]
+    assert (run_dir / "videos" / "update_000002.mp4").stat().st_size > 10_000
+
+
 def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Path) -> None:
     args = ["--updates", "6", *TINY, "--checkpoint-every", "1", "--data-dir", str(tmp_path)]
     process = cli.start("experiments.breakout", *args)

@@ -149,3 +149,21 @@ def test_resume_is_exact(cli, tmp_path: Path) -> None:
     for name, tensor in reference["model"].items():
         assert torch.equal(tensor, final["model"][name]), name
     assert cli.leftovers() == []
+
+
+def test_checkpoint_of_another_model_is_refused_before_anything_starts(cli, tmp_path: Path) -> None:
+    first = cli.run("experiments.breakout", "--updates", "1", *TINY, "--data-dir", str(tmp_path))
+    summary = summary_of(first.stdout)
+    path = Path(summary["checkpoint"])
+    checkpoint = load_checkpoint(path)
+    # A policy head for Pong's 6 actions where Breakout's 4 belong (a file copied between runs).
+    checkpoint["model"]["policy.weight"] = torch.zeros(6, 512)
+    checkpoint["model"]["policy.bias"] = torch.zeros(6)
+    checkpoint["n_actions"] = 6
+    save_checkpoint(path, checkpoint)
+    before = {p: p.stat().st_mtime_ns for p in path.parent.parent.rglob("*") if p.is_file()}
+    result = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: the checkpoint's model has 6 actions; Breakout has 4"
+    assert {p: p.stat().st_mtime_ns for p in path.parent.parent.rglob("*") if p.is_file()} == before
+    assert cli.leftovers() == []

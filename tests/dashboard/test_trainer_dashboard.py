@@ -67,3 +67,20 @@ def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashb
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get(SCREENSHOT_ENV):
         shutil.copy(screenshot, os.environ[SCREENSHOT_ENV])
+
+
+def test_training_is_not_held_up_by_an_unreachable_dashboard(tmp_path: Path) -> None:
+    from dashboard_support import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    run = Process([sys.executable, "-m", "experiments.breakout", "--updates", "2", "--n-workers", "2",
+                   "--worker-steps", "16", "--data-dir", str(tmp_path), "--dashboard", closed], cwd=REPO)
+    try:
+        code = run.wait(150)
+    finally:
+        run.kill()
+    assert code == 0, run.output[-3000:]
+    assert time.monotonic() - started < 120  # training + at most 30 s waiting for labml's sender
+    assert "the dashboard did not take the run's last updates within 30 s" in run.output
+    assert run.output.rstrip().endswith("summary.json")
