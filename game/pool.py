@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from game.atari import FRAME_SIZE, EpisodeStats, GameSpec
-from game.protocol import Command, PoolError, Reply, WorkerDied, WorkerError, WorkerTimeout
+from game.protocol import Command, PoolError, WorkerDied, WorkerError, WorkerTimeout, decode_reply, encode_command
 from game.shared import Layout, SharedArrays
 from game.worker import run_worker
 
@@ -289,7 +289,7 @@ class PipePool(EnvPool):
     def _send(self, worker: _Worker, command: Command, payload: Any = None) -> None:
         worker.awaiting = command is not Command.CLOSE
         try:
-            worker.conn.send((command, payload))
+            worker.conn.send_bytes(encode_command(command, payload))
         except (BrokenPipeError, ConnectionResetError, OSError):
             pass  # a dead worker is reported by _gather, with its exit code
 
@@ -326,7 +326,7 @@ class PipePool(EnvPool):
                     continue
                 i = pending.pop(handle)
                 try:
-                    reply: Reply = handle.recv()
+                    reply = decode_reply(handle.recv_bytes())
                 except (EOFError, OSError):
                     self._workers[i].process.join(1.0)
                     failures.append(WorkerDied(i, self._workers[i].process.exitcode))

@@ -8,6 +8,7 @@ trainer always knows whose turn it is.
 from __future__ import annotations
 
 import enum
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,21 @@ class Reply:
 
     value: Any = None
     error: RemoteError | None = None
+
+
+# The hot path, once per worker per agent step, sends no pickles: commands without a payload go
+# as bytes pickled once, and "done, nothing to report" comes back as an empty message (a pickled
+# object is never empty). Everything else is a pickled `(Command, payload)` or `Reply`.
+NOTHING_TO_REPORT = b""
+_PLAIN_COMMANDS = {command: pickle.dumps((command, None)) for command in Command}
+
+
+def encode_command(command: Command, payload: Any = None) -> bytes:
+    return _PLAIN_COMMANDS[command] if payload is None else pickle.dumps((command, payload))
+
+
+def decode_reply(message: bytes) -> Reply:
+    return Reply() if message == NOTHING_TO_REPORT else pickle.loads(message)
 
 
 class PoolError(RuntimeError):

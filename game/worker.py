@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from game.atari import Game, GameSpec
-from game.protocol import Command, RemoteError, Reply
+from game.protocol import NOTHING_TO_REPORT, Command, RemoteError, Reply
 from game.shared import Layout, SharedArrays
 
 
@@ -46,6 +46,9 @@ def run_worker(conn: Connection, specs: list[GameSpec], shm_name: str, layout: L
             try:
                 if command is Command.STEP:
                     value = _step(games, actions, rewards, terminals, truncations, first_env)
+                    if value is None:
+                        conn.send_bytes(NOTHING_TO_REPORT)
+                        continue
                 elif command is Command.RESET:
                     for game in games:
                         game.reset()
