@@ -10,11 +10,9 @@ old or the new version.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
-import tempfile
 from pathlib import Path
 from types import TracebackType
 
@@ -25,23 +23,9 @@ from labml_db.serializer.json import JsonSerializer
 from labml_db.serializer.pickle import PickleSerializer
 from labml_db.types import ModelDict
 
+from ppo.files import atomic_write
+
 LOCK_FILE_NAME = 'dashboard.lock'
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers and crashes only ever see a whole file."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            f.write(data)
-            f.flush()
-            # Without fsync a power loss can leave the renamed file empty on some filesystems.
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
 
 
 class AtomicFileDbDriver(FileDbDriver):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ppo.files import atomic_write
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -19,37 +19,11 @@ class CheckpointError(RuntimeError):
     pass
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
-
-
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     buffer = io.BytesIO()
     torch.save(state, buffer)
     try:
-        atomic_write_bytes(path, buffer.getvalue())
+        atomic_write(path, buffer.getvalue())
     except OSError as e:
         raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}; the previous checkpoint is intact") from e
 
@@ -69,4 +43,4 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    atomic_write_bytes(path, (json.dumps(data, indent=2) + "\n").encode())
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode())
