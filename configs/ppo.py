@@ -9,7 +9,9 @@ labml's configs view, checkpoints and the live-tweak channel are all derived fro
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +41,12 @@ def not_empty(v: Any) -> str | None:
     return None if str(v).strip() else "a non-empty string"
 
 
+def one_of(*choices: str) -> Check:
+    def check(v: Any) -> str | None:
+        return None if v in choices else f"one of {', '.join(choices)}"
+    return check
+
+
 def hp(default: Any, help: str, check: Check | None = None, live: tuple[float, float] | None = None,
        run_option: bool = False) -> Any:
     """A config field. `live=(low, high)` makes it a dynamic hyperparameter, changeable while the
@@ -63,6 +71,9 @@ class PPOConfig:
     n_workers: int = hp(8, "env worker processes (baselines ppo2: 8 envs)", positive)
     envs_per_worker: int = hp(1, "games stepped by each worker process; envs = n_workers × envs_per_worker", positive)
     worker_steps: int = hp(128, "steps per env per rollout (ppo2 nsteps)", positive)
+    backend: str = hp("local", "env workers: local (processes here) or ray (Ray actors; pip install -e .[ray])", one_of("local", "ray"), run_option=True)
+    ray_address: str | None = hp(None, "--backend ray: cluster to join (auto, HOST:PORT, ray://HOST:PORT); none = private local Ray", run_option=True)
+    ray_cpus_per_worker: float = hp(1.0, "--backend ray: CPUs Ray reserves per env actor (fractions pack actors per core)", positive, run_option=True)
 
     # ---- optimisation ----
     total_env_steps: int = hp(10_000_000, "agent steps (not frames) over the run, as in the PPO paper's 10M", positive)
@@ -155,6 +166,14 @@ def live_ranges() -> dict[str, tuple[float, float]]:
     return {f.name: f.metadata["live"] for f in config_fields() if f.metadata["live"] is not None}
 
 
+def _importable(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (Ray takes a second to import)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked in sys.modules (set to None)
+        return False
+
+
 def validate(config: PPOConfig) -> PPOConfig:
     """Check every value and every combination; raise `ConfigError` on the first bad one."""
     for f in config_fields():
@@ -183,6 +202,13 @@ def validate(config: PPOConfig) -> PPOConfig:
     device = config.device
     if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
         raise ConfigError("device", device, "auto, cpu, cuda or cuda:N")
+    if config.ray_address is not None:
+        if config.backend != "ray":
+            raise ConfigError("ray_address", config.ray_address, "to be given with --backend ray")
+        if not re.fullmatch(r"auto|(ray://)?[^\s:/]+:\d{1,5}", config.ray_address):
+            raise ConfigError("ray_address", config.ray_address, "auto, HOST:PORT or ray://HOST:PORT")
+    if config.backend == "ray" and not _importable("ray"):
+        raise ConfigError("backend", config.backend, 'Ray installed for it: pip install -e ".[ray]"')
     if config.dashboard is not None and not config.dashboard.startswith(("http://", "https://")):
         raise ConfigError("dashboard", config.dashboard, "an http(s) URL such as http://127.0.0.1:5005/api/v1/default")
     return config

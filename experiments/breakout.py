@@ -21,7 +21,8 @@ from configs.live import LiveHyperParams
 from configs.ppo import ConfigError, PPOConfig, config_fields
 from dashboard.client import finish_app_tracking
 from game.atari import GameSpec, make_ale_env
-from game.pool import PipePool, PoolError
+from game.backends import make_pool
+from game.pool import PoolError
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
 from ppo.evaluation import record_training_video
 from ppo.model import ActorCritic
@@ -103,7 +104,7 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
 
     status, error, checkpoint_file, started = "crashed", None, None, time.perf_counter()
     stop = GracefulStop()
-    with PipePool(game_specs(config, seeds.env_seeds), config.envs_per_worker, config.worker_timeout) as pool:
+    with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
         trainer = Trainer(config, pool, seeds, device, live.values)
         trainer.on_event = lambda message: logger.log(message, Text.warning)
         if resume is not None:
