@@ -1,0 +1,248 @@
+"""The Ray backend: env workers as Ray actors on a real local Ray instance, real games, real kills.
+
+One `ray.init(num_cpus=2)` is shared by the module's in-process tests (Ray takes seconds to
+start); the command-line tests start their own private instance and must leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from configs.ppo import PPOConfig
+from experiments.breakout import game_specs, main
+from game.atari import GameSpec
+from game.backends import make_pool
+from game.pool import PipePool
+from game.protocol import WorkerDied, WorkerError, WorkerTimeout
+from game.ray_pool import ray_installed
+from ppo.seeding import derive_seeds
+from ppo.trainer import Trainer
+from tests.conftest import REPO
+from tests.test_experiment import summary_of
+
+requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
+ROLLOUT_FIELDS = ("observations", "actions", "log_probs", "values", "rewards", "terminals", "truncations")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def wait_dead(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.fixture(scope="module")
+def ray_instance() -> Iterator[object]:
+    ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def ray_pool(specs: list[GameSpec], envs_per_worker: int = 1, timeout_s: float = 60.0):
+    from game.ray_pool import RayPool
+
+    # Half a CPU each: the replacement of a killed actor must fit next to the survivors on 2 CPUs.
+    return RayPool(specs, envs_per_worker, timeout_s, cpus_per_worker=0.5)
+
+
+def first_rollout(pool_factory, overlap: bool) -> dict[str, np.ndarray]:
+    config = PPOConfig(n_workers=2, envs_per_worker=2, worker_steps=32, seed=3, overlap_sampling=overlap)
+    seeds = derive_seeds(config.seed, config.n_envs)
+    with pool_factory(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
+        pool.reset()
+        trainer = Trainer(config, pool, seeds, torch.device("cpu"))
+        trainer.collect()
+        r = trainer.rollout
+        return {name: getattr(r, name).copy() for name in ROLLOUT_FIELDS}
+
+
+@requires_ray
+@pytest.mark.parametrize("overlap", [False, True])
+def test_same_seed_same_first_rollout_as_the_local_backend(ray_instance, overlap: bool) -> None:
+    local = first_rollout(PipePool, overlap)
+    remote = first_rollout(ray_pool, overlap)
+    for name in ROLLOUT_FIELDS:
+        np.testing.assert_array_equal(local[name], remote[name], err_msg=name)
+    assert remote["observations"].dtype == np.uint8 and remote["observations"].any()
+
+
+@requires_ray
+def test_full_game_scores_and_life_loss_terminals_match_the_local_pool(ray_instance) -> None:
+    # Long enough for lives to be lost and games to end: both pools report the same events.
+    specs = [GameSpec(seed=7 + i, noop_max=0) for i in range(2)]
+    actions = np.random.default_rng(0).integers(4, size=(700, 2))
+    with PipePool(specs) as local, ray_pool(specs) as remote:
+        episodes: list[list] = [[], []]
+        terminals = 0
+        for a in actions:
+            lb, rb = local.step(a), remote.step(a)
+            np.testing.assert_array_equal(local.observations, remote.observations)
+            np.testing.assert_array_equal(lb.rewards, rb.rewards)
+            np.testing.assert_array_equal(lb.terminals, rb.terminals)
+            terminals += int(rb.terminals.sum())
+            episodes[0] += lb.episodes
+            episodes[1] += rb.episodes
+        assert episodes[0] == episodes[1] and len(episodes[1]) >= 1  # whole games, all 5 lives
+        assert terminals > len(episodes[1])  # lost lives are terminals too, not only game overs
+
+
+@requires_ray
+def test_actors_never_import_torch_and_report_where_they_run(ray_instance) -> None:
+    with ray_pool([GameSpec(seed=1), GameSpec(seed=2)]) as pool:
+        info = pool.worker_info()
+        assert [i["torch_imported"] for i in info] == [False, False]
+        assert len({i["actor_id"] for i in info}) == 2 and all(i["pid"] != os.getpid() for i in info)
+
+
+@requires_ray
+def test_exception_in_an_actor_names_worker_and_actor_with_traceback(ray_instance) -> None:
+    with ray_pool([GameSpec(seed=i) for i in range(4)], envs_per_worker=2) as pool:
+        actor_id = pool.worker_info()[1]["actor_id"]
+        with pytest.raises(WorkerError) as error:
+            pool.step(np.array([0, 0, 0, 9]))  # no action 9: IndexError inside actor 1
+        message = str(error.value)
+        assert error.value.worker == 1 and message.startswith("worker 1 raised IndexError")
+        assert f"Ray actor {actor_id}" in message and "game/atari.py" in message and "\x1b[" not in message
+        pool.step(np.zeros(4, np.int64))  # every actor still serves
+
+
+@requires_ray
+def test_killed_actor_is_replaced_by_the_trainer_and_counted(ray_instance) -> None:
+    config = PPOConfig(n_workers=2, worker_steps=16, minibatches=2, epochs=1)
+    seeds = derive_seeds(config.seed, config.n_envs)
+    with ray_pool(game_specs(config, seeds.env_seeds)) as pool:
+        pool.reset()
+        trainer = Trainer(config, pool, seeds, torch.device("cpu"))
+        events: list[str] = []
+        trainer.on_event = events.append
+        trainer.step()
+        victim = pool.worker_pids()[1]
+        os.kill(victim, signal.SIGKILL)
+        metrics = trainer.step()
+        assert trainer.worker_restarts == 1 and metrics["worker_restarts"] == 1
+        assert pool.worker_pids()[1] != victim and pool.specs[1].seed == seeds.env_seeds[1] + 1_000_003
+        assert trainer.env_steps == 2 * config.batch_size  # the broken rollout was redone whole
+        assert events and events[0].startswith("worker 1 (Ray actor") and "died" in events[0]
+    assert wait_dead([victim]) == []
+
+
+@requires_ray
+def test_hung_actor_times_out_and_is_killed_on_restart(ray_instance) -> None:
+    with ray_pool([GameSpec(seed=1), GameSpec(seed=2)], timeout_s=1.0) as pool:
+        hung = pool.worker_pids()[0]
+        os.kill(hung, signal.SIGSTOP)
+        try:
+            with pytest.raises(WorkerTimeout, match="worker 0 did not answer"):
+                pool.step(np.zeros(2, np.int64))
+            pool.restart_worker(0, seed_offset=10)
+            pool.step(np.zeros(2, np.int64))
+        finally:
+            if alive(hung):
+                os.kill(hung, signal.SIGCONT)
+    assert wait_dead([hung]) == []
+
+
+@requires_ray
+def test_state_saved_by_the_local_pool_resumes_exactly_on_ray(ray_instance) -> None:
+    specs = [GameSpec(seed=5), GameSpec(seed=6)]
+    actions = np.random.default_rng(2).integers(4, size=(40, 2))
+    with PipePool(specs) as local:
+        for _ in range(30):
+            local.step(np.ones(2, np.int64))
+        state = local.get_state()
+        expected = [local.step(a) and local.observations.copy() for a in actions]
+    with ray_pool(specs) as remote:
+        remote.set_state(state)
+        got = [remote.step(a) and remote.observations.copy() for a in actions]
+        np.testing.assert_array_equal(np.stack(expected), np.stack(got))
+
+
+@requires_ray
+def test_close_kills_its_actors_but_not_a_ray_it_did_not_start(ray_instance) -> None:
+    pool = ray_pool([GameSpec(seed=1), GameSpec(seed=2)])
+    pids = pool.worker_pids()
+    pool.close()
+    pool.close()
+    assert wait_dead(pids) == []
+    assert ray_instance.is_initialized()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.step(np.zeros(2, np.int64))
+
+
+@requires_ray
+def test_dead_actor_surfaces_as_worker_died_naming_it(ray_instance) -> None:
+    with ray_pool([GameSpec(seed=1), GameSpec(seed=2)]) as pool:
+        actor_id = pool.worker_info()[0]["actor_id"]
+        os.kill(pool.worker_pids()[0], signal.SIGKILL)
+        with pytest.raises(WorkerDied, match=f"worker 0 \\(Ray actor {actor_id}.*\\) died"):
+            pool.step(np.zeros(2, np.int64))
+
+
+@requires_ray
+def test_cli_smoke_on_ray_leaves_no_process_behind(cli, tmp_path: Path) -> None:
+    # The CLI starts its own Ray (gcs, raylet, agents, actors): all of them carry the marker.
+    result = cli.run("experiments.breakout", "--backend", "ray", "--updates", "2", "--n-workers", "2",
+                     "--worker-steps", "16", "--data-dir", str(tmp_path), timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = summary_of(result.stdout)
+    assert summary["status"] == "completed" and summary["updates"] == 2 and summary["env_steps"] == 2 * 2 * 16
+    assert summary["worker_restarts"] == 0
+    assert cli.leftovers() == []
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--backend", "mpi"], "--backend mpi: expected one of local, ray"),
+    (["--ray-address", "auto"], "--ray-address auto: expected to be given with --backend ray"),
+    (["--backend", "ray", "--ray-address", "not an address"], "--ray-address not an address: expected auto, HOST:PORT"),
+    (["--backend", "ray", "--ray-cpus-per-worker", "0"], "--ray-cpus-per-worker 0.0: expected a number > 0"),
+])
+def test_bad_backend_options_are_one_line_and_exit_2(args: list[str], expected: str, tmp_path: Path, capsys) -> None:
+    if "--backend" in args and "ray" in args and not ray_installed():
+        expected = "expected Ray installed"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--data-dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_backend_ray_without_ray_says_how_to_install_it(tmp_path: Path) -> None:
+    # A real interpreter where `import ray` fails (sys.modules entry None: Python's own way to
+    # block a module), running the real command line.
+    code = ("import sys; sys.modules['ray'] = None; from experiments.breakout import main; "
+            f"main(['--backend', 'ray', '--data-dir', {str(tmp_path)!r}])")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == 'error: --backend ray: expected Ray installed for it: pip install -e ".[ray]"'
+    assert list(tmp_path.iterdir()) == []
+
+
+@requires_ray
+def test_make_pool_picks_the_backend_the_config_names(ray_instance) -> None:
+    from game.ray_pool import RayPool
+
+    specs = [GameSpec(seed=1), GameSpec(seed=2)]
+    with make_pool(PPOConfig(n_workers=2), specs) as local:
+        assert type(local) is PipePool
+    with make_pool(PPOConfig(n_workers=2, backend="ray", ray_cpus_per_worker=0.5), specs) as remote:
+        assert type(remote) is RayPool and remote.n_workers == 2 and remote.n_actions == local.n_actions
