@@ -1,0 +1,374 @@
+"""Hyperparameter sweeps on Ray: `python -m experiments.sweep --help`.
+
+A grid (`--grid learning_rate=1e-4,2.5e-4`) and/or random search (`--random
+entropy_coef=loguniform:1e-3:1e-1 --samples 8`), from the command line or a YAML file
+(`--config sweep.yaml`). Every trial is a full labml run (`experiments.breakout.train`, with
+`--dashboard URL` passed through, so each trial shows in the dashboard) executed as one Ray task
+reserving `--cpus-per-trial` CPUs, so trials spread over the cluster's nodes. Each trial runs its
+own `--workers-per-trial` env workers (local processes next to its trainer, or Ray actors with
+`--backend ray`).
+
+A trial whose node or worker process is lost is run again by Ray (`--max-retries`) under the same
+run uuid: with `--data-dir` on storage every node sees, it resumes from its last checkpoint.
+
+At the end: a table of trials sorted by their final full-game score (`score_mean_100`), also
+written as CSV (`--csv`, default `<data_dir>/<name>/sweep-<time>.csv`), whose path is the last
+line printed. Exit code 0 when every trial completed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import logging
+import math
+import os
+import sys
+import time
+import typing
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from configs.cli import OneLineParser, _converter, build_parser, config_from_overrides, fail, overrides_from_args
+from configs.ppo import ConfigError, PPOConfig, config_fields
+
+PROG = "python -m experiments.sweep"
+REPO = Path(__file__).resolve().parents[1]
+DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
+SCORE = "score_mean_100"
+
+
+class SweepError(ValueError):
+    """Bad sweep input: one line, exit 2."""
+
+
+# ---- the search space ---------------------------------------------------------------------------
+
+def _field_value(name: str, value: Any) -> Any:
+    """`value` (text, or a YAML scalar) as field `name`'s type; SweepError names what is wrong."""
+    fields = {f.name for f in config_fields()}
+    if name not in fields:
+        raise SweepError(f"{name!r} is not a hyperparameter (see python -m experiments.breakout --help)")
+    convert, accepted = _converter(typing.get_type_hints(PPOConfig)[name])
+    try:
+        return convert(str(value))
+    except ValueError:
+        raise SweepError(f"{name}={value}: expected {accepted}") from None
+
+
+def _split_assignment(text: str, option: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise SweepError(f"{option} {text}: expected NAME=VALUE")
+    return name.strip().replace("-", "_"), value.strip()
+
+
+@dataclass
+class Distribution:
+    kind: str
+    args: list[Any]
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        if self.kind == "uniform":
+            return float(rng.uniform(self.args[0], self.args[1]))
+        if self.kind == "loguniform":
+            return float(math.exp(rng.uniform(math.log(self.args[0]), math.log(self.args[1]))))
+        if self.kind == "randint":
+            return int(rng.integers(self.args[0], self.args[1] + 1))
+        return self.args[int(rng.integers(len(self.args)))]
+
+
+def parse_distribution(name: str, text: str) -> Distribution:
+    """`uniform:LOW:HIGH`, `loguniform:LOW:HIGH` (LOW > 0), `randint:LOW:HIGH` (inclusive), `choice:A,B,…`."""
+    kind, _, rest = str(text).partition(":")
+    where = f"--random {name}={text}"
+    if kind not in DISTRIBUTIONS:
+        raise SweepError(f"{where}: expected one of {', '.join(k + ':…' for k in DISTRIBUTIONS)}")
+    if kind == "choice":
+        choices = [_field_value(name, v.strip()) for v in rest.split(",") if v.strip()]
+        if not choices:
+            raise SweepError(f"{where}: expected choice:A,B,…")
+        return Distribution(kind, choices)
+    try:
+        low, high = (int(p) if kind == "randint" else float(p) for p in rest.split(":"))
+    except ValueError:
+        raise SweepError(f"{where}: expected {kind}:LOW:HIGH with numbers") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low <= high) or (kind == "loguniform" and low <= 0):
+        raise SweepError(f"{where}: expected LOW ≤ HIGH{' and LOW > 0' if kind == 'loguniform' else ''}")
+    return Distribution(kind, [low, high])
+
+
+@dataclass
+class SearchSpace:
+    grid: dict[str, list[Any]]
+    random: dict[str, Distribution]
+    samples: int
+    seed: int
+
+    def trials(self) -> list[dict[str, Any]]:
+        """Every grid point, `samples` times, each with its own random draws (Ray Tune's rule)."""
+        rng = np.random.default_rng(self.seed)
+        names = list(self.grid)
+        points = [dict(zip(names, values, strict=True)) for values in itertools.product(*self.grid.values())]
+        trials = []
+        for _ in range(self.samples):
+            for point in points:
+                drawn = {name: _field_value(name, d.sample(rng)) for name, d in self.random.items()}
+                trials.append({**point, **drawn})
+        return trials
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    import yaml  # a labml dependency
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise SweepError(f"--config {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise SweepError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    data = data or {}
+    unknown = set(data) - {"grid", "random", "samples", "seed", "fixed"} if isinstance(data, dict) else {"(not a mapping)"}
+    if unknown:
+        raise SweepError(f"--config {path}: unknown key {sorted(unknown)[0]!r} (expected grid, random, samples, seed, fixed)")
+    return data
+
+
+def search_space(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any]]:
+    """(the space, fixed overrides from the YAML file); the command line wins over the file."""
+    data = read_yaml(Path(args.config)) if args.config else {}
+    grid: dict[str, list[Any]] = {}
+    for name, values in (data.get("grid") or {}).items():
+        values = values if isinstance(values, list) else str(values).split(",")
+        grid[name] = [_field_value(name, v) for v in values]
+    random = {name: parse_distribution(name, text) for name, text in (data.get("random") or {}).items()}
+    for text in args.grid:
+        name, values = _split_assignment(text, "--grid")
+        grid[name] = [_field_value(name, v.strip()) for v in values.split(",") if v.strip()]
+        random.pop(name, None)
+    for text in args.random:
+        name, spec = _split_assignment(text, "--random")
+        random[name] = parse_distribution(name, spec)
+        grid.pop(name, None)
+    for name, values in grid.items():
+        if not values:
+            raise SweepError(f"--grid {name}: expected at least one value")
+    if not grid and not random:
+        raise SweepError("nothing to sweep: give --grid NAME=V1,V2 and/or --random NAME=DIST (or --config FILE)")
+    samples = args.samples if args.samples is not None else int(data.get("samples", 1))
+    seed = args.sweep_seed if args.sweep_seed is not None else int(data.get("seed", 0))
+    if samples < 1:
+        raise SweepError(f"--samples {samples}: expected an integer ≥ 1")
+    fixed = {name: _field_value(name, v) for name, v in (data.get("fixed") or {}).items()}
+    return SearchSpace(grid, random, samples, seed), fixed
+
+
+# ---- one trial (runs in a Ray worker process) ---------------------------------------------------
+
+def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
+    """A full labml run with `overrides`, as the `uuid` run; resumes it if a checkpoint exists
+    (Ray re-ran this trial after its node or process was lost). Returns the run's summary."""
+    from experiments.breakout import resume_config, train
+    from ppo.runs import checkpoint_path, find_run
+
+    config = config_from_overrides(overrides)
+    resume = None
+    run_dir = find_run(Path(config.data_dir), run_uuid)
+    if run_dir is not None and checkpoint_path(run_dir).exists():
+        config, resume = resume_config(Path(config.data_dir), run_uuid, overrides)
+    summary_path, exit_code = train(config, resume, run_uuid=run_uuid)
+    summary = json.loads(summary_path.read_text())
+    summary.update(exit_code=exit_code, host=os.uname().nodename, resumed=resume is not None)
+    return summary
+
+
+# ---- the driver -----------------------------------------------------------------------------------
+
+def connect(address: str | None, cpus_per_trial: float) -> bool:
+    """ray.init: a cluster at `address`, or a private local instance with room for ≥ 1 trial.
+    Returns whether a trial fits on some node (False: no node has cpus_per_trial CPUs)."""
+    import ray
+
+    common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+    if address is None:
+        ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_per_trial)), **common)
+        return True
+    # The cluster's nodes need the same Python environment; this checkout's code travels with the
+    # job (working_dir), so every trial runs the driver's version of it.
+    excludes = [".git", ".venv", "runs", "docs", "tests", "**/__pycache__", "*.egg-info"]
+    ray.init(address=address, runtime_env={"working_dir": str(REPO), "excludes": excludes}, **common)
+    return any(n["Alive"] and n["Resources"].get("CPU", 0) >= cpus_per_trial for n in ray.nodes())
+
+
+def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_trial: float, max_retries: int,
+              max_concurrent: int | None, log: typing.Callable[[str], None]) -> list[dict[str, Any]]:
+    """Run every trial as a Ray task; returns one row per trial (its parameters and summary)."""
+    import ray
+
+    task = ray.remote(max_calls=1)(run_trial)  # a fresh process per trial: labml keeps global state
+    task = task.options(num_cpus=cpus_per_trial, max_retries=max_retries, retry_exceptions=False)
+    rows: list[dict[str, Any]] = [{"trial": i + 1, "run_uuid": uuid.uuid4().hex, **params} for i, params in enumerate(trials)]
+    queue = list(range(len(trials)))
+    running: dict[Any, int] = {}
+    limit = max_concurrent or len(trials)
+    started = time.perf_counter()
+    try:
+        while queue or running:
+            while queue and len(running) < limit:
+                i = queue.pop(0)
+                running[task.remote({**fixed, **trials[i]}, rows[i]["run_uuid"])] = i
+            done, _ = ray.wait(list(running), num_returns=1)
+            i = running.pop(done[0])
+            try:
+                summary = ray.get(done[0])
+                rows[i].update(status=summary["status"], error=summary.get("error"), score=summary.get(SCORE),
+                               games=summary.get("games"), updates=summary.get("updates"),
+                               env_steps=summary.get("env_steps"), sps=summary.get("sps"), host=summary.get("host"),
+                               run_dir=summary.get("run_dir"))
+            except ray.exceptions.RayError as e:  # the trial raised, or its process/node was lost for good
+                rows[i].update(status="failed", error=_first_line(e), score=None)
+            finished = len(trials) - len(queue) - len(running)
+            score = rows[i]["score"]
+            log(f"[{finished}/{len(trials)} after {time.perf_counter() - started:.0f} s] trial {i + 1} {rows[i]['status']}: "
+                f"{SCORE} {'-' if score is None else f'{score:.1f}'}  {_params(trials[i])}  run {rows[i]['run_uuid']}"
+                + (f"  ({rows[i]['error']})" if rows[i].get("error") else ""))
+    finally:
+        for ref in running:  # Ctrl-C or an error here: stop what still runs (checkpoints stay)
+            ray.cancel(ref, force=True)
+    return rows
+
+
+def _first_line(e: BaseException) -> str:
+    import re
+
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(e)).splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__  # Ray puts the cause's own message last
+
+
+def _params(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_fmt(v)}" for k, v in params.items())
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Best final score first; trials without a score (no game finished, failed) last."""
+    return sorted(rows, key=lambda r: (r.get("score") is None, -(r.get("score") or 0.0), r["trial"]))
+
+
+def table(rows: list[dict[str, Any]], names: list[str]) -> str:
+    header = ["rank", "trial", SCORE, "games", "status", *names, "run_uuid"]
+    body = [[str(rank), str(r["trial"]), "-" if r.get("score") is None else f"{r['score']:.2f}",
+             str(r.get("games", "-")), r.get("status", "-"), *(_fmt(r[n]) for n in names), r["run_uuid"]]
+            for rank, r in enumerate(rows, 1)]
+    widths = [max(len(h), *(len(line[i]) for line in body)) for i, h in enumerate(header)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+                     for line in [header, *body])
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
+    columns = ["rank", "trial", SCORE, "games", "updates", "env_steps", "sps", "status", *names, "run_uuid", "host",
+               "run_dir", "error"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, columns, extrasaction="ignore")
+        writer.writeheader()
+        for rank, r in enumerate(rows, 1):
+            writer.writerow({**r, "rank": rank, SCORE: r.get("score")})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser: OneLineParser = build_parser(PROG, "Grid or random search over PPO hyperparameters, each trial a labml run, on Ray. "
+                                               "Hyperparameter options below are fixed for every trial; "
+                                               "--ray-address is the cluster the sweep runs on.")
+    group = parser.add_argument_group("sweep")
+    group.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,…", help="try every value (repeatable; all combinations)")
+    group.add_argument("--random", action="append", default=[], metavar="NAME=DIST",
+                       help="draw from uniform:LOW:HIGH, loguniform:LOW:HIGH, randint:LOW:HIGH or choice:A,B,… (repeatable)")
+    group.add_argument("--samples", type=int, metavar="N", help="random draws per grid point (default 1, or the file's)")
+    group.add_argument("--sweep-seed", "--sweep_seed", dest="sweep_seed", type=int, metavar="S", help="seed of the random draws (default 0)")
+    group.add_argument("--config", metavar="FILE.yaml", help="grid/random/samples/seed/fixed from a YAML file; the command line adds to it")
+    group.add_argument("--cpus-per-trial", "--cpus_per_trial", dest="cpus_per_trial", type=float, metavar="C",
+                       help="CPUs Ray reserves for each trial (default: its workers + 1, the trainer)")
+    group.add_argument("--workers-per-trial", "--workers_per_trial", dest="workers_per_trial", type=int, metavar="N",
+                       help="env workers of each trial, i.e. its --n-workers (default: --n-workers)")
+    group.add_argument("--max-concurrent", "--max_concurrent", dest="max_concurrent", type=int, metavar="K",
+                       help="run at most K trials at once (default: as many as the cluster's CPUs allow)")
+    group.add_argument("--max-retries", "--max_retries", dest="max_retries", type=int, default=1, metavar="N",
+                       help="re-run a trial whose process or node died up to N times (it resumes from its checkpoint)")
+    group.add_argument("--csv", metavar="PATH", help="where the results table goes (default <data_dir>/<name>/sweep-<time>.csv)")
+    args = parser.parse_args(argv)
+
+    try:
+        overrides = overrides_from_args(args)
+        space, fixed_from_file = search_space(args)
+        address = overrides.pop("ray_address", None)  # the sweep's cluster; trials use the sweep's connection
+        if "ray_address" in fixed_from_file or "ray_address" in space.grid or "ray_address" in space.random:
+            raise SweepError("ray_address is the sweep's cluster (--ray-address), not a trial setting")
+        fixed = {**fixed_from_file, **overrides}
+        if args.workers_per_trial is not None:
+            fixed["n_workers"] = args.workers_per_trial
+        base = config_from_overrides(fixed)  # the fixed part alone must be valid
+        fixed["data_dir"] = str(Path(base.data_dir).resolve())  # trials run elsewhere (another cwd, another node)
+        trials = space.trials()
+        for params in trials:  # every trial is checked before anything starts
+            config_from_overrides({**fixed, **params})
+        cpus = args.cpus_per_trial if args.cpus_per_trial is not None else base.n_workers + 1
+        if not (math.isfinite(cpus) and cpus > 0):
+            raise SweepError(f"--cpus-per-trial {cpus:g}: expected a number > 0")
+        if "torch_threads" not in fixed and "torch_threads" not in space.grid and "torch_threads" not in space.random:
+            fixed["torch_threads"] = max(1, int(cpus))  # the trial's share, not every core of its node
+        if args.max_concurrent is not None and args.max_concurrent < 1:
+            raise SweepError(f"--max-concurrent {args.max_concurrent}: expected an integer ≥ 1")
+        if args.max_retries < 0:
+            raise SweepError(f"--max-retries {args.max_retries}: expected an integer ≥ 0")
+        if address is not None:
+            config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
+        from game.ray_pool import ray_installed
+
+        if not ray_installed():
+            raise SweepError('sweeps run on Ray, which is not installed: pip install -e ".[ray]"')
+    except (ConfigError, SweepError) as e:
+        fail(str(e))
+
+    import ray
+
+    csv_path = Path(args.csv) if args.csv else Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv"
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    names = [*space.grid, *space.random]
+    print(f"sweep: {len(trials)} trials of {_params(fixed)}; searching {', '.join(names)}; "
+          f"{cpus:g} CPUs per trial", flush=True)
+    try:
+        if not connect(address, cpus):
+            print(f"error: --cpus-per-trial {cpus:g}: no node of the cluster at {address} has that many CPUs", file=sys.stderr)
+            return 2
+        rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log))
+    except KeyboardInterrupt:
+        print("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)", file=sys.stderr)
+        return 130
+    finally:
+        ray.shutdown()  # a private instance stops; a cluster is only disconnected from
+    print()
+    print(table(rows, names))
+    write_csv(csv_path, rows, names)
+    print(csv_path, flush=True)
+    return 0 if all(r.get("status") == "completed" for r in rows) else 1
+
+
+__all__ = ["SearchSpace", "main", "parse_distribution", "run_trial", "sorted_rows"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""`python -m experiments.sweep`: a real 2-trial sweep on a local Ray instance, and its input checks."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.sweep import SearchSpace, SweepError, main, parse_distribution, search_space, sorted_rows
+from game.ray_pool import ray_installed
+
+requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
+
+
+@requires_ray
+def test_two_trial_sweep_runs_full_runs_and_ranks_them(cli, tmp_path: Path) -> None:
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("grid:\n  learning_rate: [1.0e-4, 3.0e-4]\nfixed:\n  worker_steps: 16\n  minibatches: 2\n")
+    out = tmp_path / "results.csv"
+    result = cli.run("experiments.sweep", "--config", str(spec), "--updates", "1", "--workers-per-trial", "2",
+                     "--cpus-per-trial", "1", "--epochs", "1", "--data-dir", str(tmp_path / "runs"), "--csv", str(out),
+                     timeout=240)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == str(out)
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["rank"] for r in rows] == ["1", "2"]
+    assert sorted(float(r["learning_rate"]) for r in rows) == [1e-4, 3e-4]
+    for row in rows:  # each trial is a whole labml run with its own summary and checkpoint
+        assert row["status"] == "completed", row
+        summary = json.loads((Path(row["run_dir"]) / "summary.json").read_text())
+        assert summary["run_uuid"] == row["run_uuid"] and summary["updates"] == 1
+        assert summary["env_steps"] == 2 * 16 and Path(summary["checkpoint"]).is_file()
+        assert Path(row["run_dir"]).parent == tmp_path / "runs" / "breakout"
+    assert "rank  trial  score_mean_100" in result.stdout
+    assert cli.leftovers() == []  # Ray's processes and every trial's workers are gone
+
+
+def _args(**values) -> argparse.Namespace:
+    base = {"config": None, "grid": [], "random": [], "samples": None, "sweep_seed": None}
+    return argparse.Namespace(**{**base, **values})
+
+
+def test_grid_times_samples_with_seeded_random_draws() -> None:
+    space, fixed = search_space(_args(grid=["clip_range=0.1,0.2", "epochs=3,4"], random=["learning_rate=loguniform:1e-5:1e-3"],
+                                      samples=2, sweep_seed=7))
+    trials = space.trials()
+    assert fixed == {} and len(trials) == 2 * 2 * 2
+    assert {(t["clip_range"], t["epochs"]) for t in trials} == {(0.1, 3), (0.1, 4), (0.2, 3), (0.2, 4)}
+    assert all(1e-5 <= t["learning_rate"] <= 1e-3 and isinstance(t["epochs"], int) for t in trials)
+    assert len({t["learning_rate"] for t in trials}) == len(trials)  # a fresh draw per trial
+    assert trials == space.trials()  # same sweep seed, same trials
+
+
+def test_yaml_and_command_line_combine(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("grid:\n  epochs: [2, 3]\nrandom:\n  entropy_coef: uniform:0.001:0.02\nsamples: 3\nfixed:\n  updates: 5\n")
+    space, fixed = search_space(_args(config=str(spec), grid=["entropy_coef=0.01"]))
+    assert fixed == {"updates": 5} and space.samples == 3
+    assert space.grid == {"epochs": [2, 3], "entropy_coef": [0.01]} and space.random == {}  # the command line wins
+
+
+def test_sorted_by_final_score_best_first_unscored_last() -> None:
+    rows = [{"trial": 1, "score": None}, {"trial": 2, "score": 3.5}, {"trial": 3, "score": 12.0}, {"trial": 4, "score": 0.0}]
+    assert [r["trial"] for r in sorted_rows(rows)] == [3, 2, 4, 1]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("learning_rate=normal:0:1", "expected one of uniform:…"),
+    ("learning_rate=loguniform:0:1", "LOW > 0"),
+    ("learning_rate=uniform:1:x", "with numbers"),
+    ("epochs=choice:", "expected choice:A,B"),
+])
+def test_bad_distributions_are_refused(text: str, message: str) -> None:
+    name, _, spec = text.partition("=")
+    with pytest.raises(SweepError, match=message):
+        parse_distribution(name, spec)
+
+
+def test_seeded_space_without_parameters_is_empty_grid() -> None:
+    assert SearchSpace({"seed": [0, 1]}, {}, 1, 0).trials() == [{"seed": 0}, {"seed": 1}]
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ([], "error: nothing to sweep: give --grid NAME=V1,V2"),
+    (["--grid", "no_such=1,2"], "error: 'no_such' is not a hyperparameter"),
+    (["--grid", "epochs=2,x"], "error: epochs=x: expected an integer"),
+    (["--grid", "learning_rate"], "error: --grid learning_rate: expected NAME=VALUE"),
+    (["--grid", "epochs=2,100"], "error: --epochs 100: expected a value in [1, 32]"),
+    (["--grid", "epochs=2", "--samples", "0"], "error: --samples 0: expected an integer ≥ 1"),
+    (["--grid", "epochs=2", "--cpus-per-trial", "0"], "error: --cpus-per-trial 0: expected a number > 0"),
+    (["--grid", "epochs=2", "--ray-address", "nowhere"], "error: --ray-address nowhere: expected auto, HOST:PORT"),
+    (["--grid", "epochs=2", "--config", "/no/such.yaml"], "error: --config /no/such.yaml: No such file or directory"),
+    (["--grid", "epochs=2", "--n-workers", "0"], "error: --n-workers 0: expected a number > 0"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--data-dir", str(tmp_path / "runs")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(expected), err
+    assert not (tmp_path / "runs").exists()
