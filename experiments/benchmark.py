@@ -6,7 +6,8 @@ measurement) and `--warmup-updates`, and measures, in agent steps (samples) per 
 
 * `ale_vector_sps`  ale-py's C++ `AtariVectorEnv`, same envs and preprocessing, one thread per core:
                     the fastest Breakout stepping this machine can do;
-* `pool_env_sps`    the project's `PipePool` stepping random actions, no network;
+* `pool_env_sps`    the project's pool stepping random actions, no network: `PipePool`, or `RayPool`
+                    with `--backend ray` (a private local Ray instance, or `--ray-address`);
 * `sample_sps`, `update_sps`, `loop_sps`
                     `Trainer.collect`, `Trainer.optimize`, whole `Trainer.step`s, with the real pool;
 * `infer_sps`       eager fp32 `ActorCritic` forward at the rollout batch (n_envs), all cores;
@@ -38,7 +39,8 @@ from torch import nn
 from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import PPOConfig
 from game.atari import gym_id
-from game.pool import PipePool
+from game.backends import make_pool
+from game.pool import EnvPool
 from ppo.model import ActorCritic
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer, resolve_device
@@ -134,12 +136,14 @@ def _parent_pid(pid: int) -> int | None:
         return None
 
 
-def worker_memory(pool: PipePool) -> dict[str, float]:
+def worker_memory(pool: EnvPool, backend: str = "local") -> dict[str, float]:
     """Peak (VmHWM) and current (VmRSS) resident sets, in MB, summed over the workers and the
     forkserver that forked them (their parent). RSS counts shared library pages once per
-    process, so the PSS sum is given too."""
-    pids = set(pool.worker_pids())
-    pids |= {p for p in (_parent_pid(pid) for pid in list(pids)) if p and p != os.getpid() and p != 1}
+    process, so the PSS sum is given too. Ray actors count alone (their parent is Ray's raylet;
+    on a cluster, only the actors on this machine are found)."""
+    pids = set(pool.worker_pids())  # type: ignore[attr-defined]
+    if backend == "local":
+        pids |= {p for p in (_parent_pid(pid) for pid in list(pids)) if p and p != os.getpid() and p != 1}
     mb = 1 / 1024
     return {
         "workers_peak_rss_mb": sum(_status_kb(p, "VmHWM") for p in pids) * mb,
@@ -200,7 +204,7 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
     out: dict[str, Any] = {}
     warmup = warmup_seconds(duration)
     started = time.perf_counter()
-    with PipePool(game_specs(config, seeds.env_seeds), config.envs_per_worker, config.worker_timeout) as pool:
+    with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
         out["pool_start_s"] = time.perf_counter() - started
         out["n_actions"] = pool.n_actions
         info = pool.worker_info()
@@ -241,7 +245,7 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
         loop = timed_rate(whole_update, size, duration, 0.0, min_calls=2, sync=sync)
         out["loop_sps"] = loop["rate"]
         out["loop_updates_timed"] = loop["calls"]
-        out.update(worker_memory(pool))  # while the workers are still alive
+        out.update(worker_memory(pool, config.backend))  # while the workers are still alive
     return out
 
 
@@ -318,7 +322,7 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
     result: dict[str, Any] = {}
     log(f"[1/3] ale-py AtariVectorEnv, {config.n_envs} envs, {os.cpu_count()} threads …")
     result.update(measure_ale_vector(config, duration))
-    log(f"[2/3] PipePool ({config.n_workers} workers × {config.envs_per_worker} envs) and the trainer on {device} …")
+    log(f"[2/3] {_pool_name(config)} ({config.n_workers} workers × {config.envs_per_worker} envs) and the trainer on {device} …")
     result.update(measure_pool_and_trainer(config, device, duration, warmup_updates))
     log("[3/3] network alone (pool closed) …")
     result.update(measure_network(config, result["n_actions"], device, duration))
@@ -342,17 +346,22 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
         config={"game": config.game, "n_workers": config.n_workers, "envs_per_worker": config.envs_per_worker,
                 "n_envs": config.n_envs, "worker_steps": config.worker_steps, "batch_size": config.batch_size,
                 "epochs": config.epochs, "minibatches": config.minibatches, "minibatch_size": config.minibatch_size,
-                "device": config.device, "torch_threads": config.torch_threads},
-        backend="local",
+                "device": config.device, "torch_threads": config.torch_threads, "backend": config.backend},
+        backend=config.backend,
     )
     return result
+
+
+def _pool_name(config: PPOConfig | dict[str, Any]) -> str:
+    backend = config["backend"] if isinstance(config, dict) else config.backend
+    return "RayPool" if backend == "ray" else "PipePool"
 
 
 def format_table(r: dict[str, Any]) -> str:
     c = r["config"]
     rows = [
         ("ale_vector_sps", f"ale-py AtariVectorEnv, {c['n_envs']} envs, {r['ale_vector_threads']} threads"),
-        ("pool_env_sps", f"PipePool random actions, {c['n_workers']} workers × {c['envs_per_worker']} envs"),
+        ("pool_env_sps", f"{_pool_name(r['config'])} random actions, {c['n_workers']} workers × {c['envs_per_worker']} envs"),
         ("infer_sps", f"forward at batch {c['n_envs']}, {r['torch_threads']} threads ({r['infer_memory_format']})"),
         ("infer_sps_1_thread", f"forward at batch {c['n_envs']}, 1 thread ({r['infer_memory_format']})"),
         ("train_sps", f"fwd+bwd+Adam at minibatch {c['minibatch_size']} ({r['train_memory_format']})"),
@@ -369,9 +378,9 @@ def format_table(r: dict[str, Any]) -> str:
     lines += [
         "",
         f"loop / bound      {r['loop_fraction_of_bound']:.1%}",
-        f"pool / ale-py     {r['pool_fraction_of_ale']:.1%}   (pipe round trip {r['pool_roundtrip_us']:.0f} µs)",
+        f"pool / ale-py     {r['pool_fraction_of_ale']:.1%}   ({'actor call' if r['backend'] == 'ray' else 'pipe'} round trip {r['pool_roundtrip_us']:.0f} µs)",
         f"memory (MB)       trainer peak {r['trainer_peak_rss_mb']:.0f}, now {r['trainer_rss_mb']:.0f}; "
-        f"workers+forkserver peak {r['workers_peak_rss_mb']:.0f} (PSS {r['workers_pss_mb']:.0f})",
+        f"{'actors' if r['backend'] == 'ray' else 'workers+forkserver'} peak {r['workers_peak_rss_mb']:.0f} (PSS {r['workers_pss_mb']:.0f})",
         f"workers import torch: {r['workers_import_torch']}",
     ]
     return "\n".join(lines)
