@@ -21,5 +21,7 @@ setup(
     ],
     extras_require={
         "dev": ["pytest>=8", "hypothesis>=6", "ruff>=0.5"],
+        # Env workers as Ray actors and sweeps on a cluster (--backend ray, experiments.sweep).
+        "ray": ["ray>=2.9"],
     },
 )

@@ -189,7 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             config, resume = resume_config(Path(config.data_dir), args.resume, overrides)
         except (ConfigError, CheckpointError) as e:
             fail(str(e))
-    summary, exit_code = train(config, resume, run_uuid=args.resume)
+    try:
+        summary, exit_code = train(config, resume, run_uuid=args.resume)
+    except ConnectionError as e:  # Ray could not reach --ray-address
+        fail(f"--ray-address {config.ray_address}: could not connect to a Ray cluster there ({str(e).splitlines()[0]})")
     # labml's progress line has no newline of its own; the path must be a line by itself.
     print(f"\n{summary}", flush=True)
     return exit_code
