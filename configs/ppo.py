@@ -99,7 +99,7 @@ class PPOConfig:
     device: str = hp("auto", "auto (CUDA when present), cpu, cuda or cuda:N", run_option=True)
     torch_threads: int = hp(0, "trainer's torch threads for optimisation; 0 = one per core", non_negative, run_option=True)
     sample_threads: int = hp(1, "torch threads for inference while sampling (a batch of n_envs is too small to split)", positive, run_option=True)
-    overlap_sampling: bool = hp(False, "step half the workers while the network acts for the other half (needs ≥ 2 workers)", run_option=True)
+    overlap_sampling: bool = hp(True, "step half the workers while the network acts for the other half (needs ≥ 2 workers)", run_option=True)
     channels_last: bool = hp(True, "NHWC convolutions: same results, faster on CPU (oneDNN) and on tensor cores", run_option=True)
     name: str = hp("breakout", "labml experiment name (a folder under data_dir)", not_empty)
     data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", not_empty, run_option=True)

@@ -46,10 +46,9 @@ class ActorCritic(nn.Module):
         if observations.dtype != torch.uint8:
             raise TypeError(f"observations must be uint8 frames, got {observations.dtype}")
         # Scaling here keeps frames uint8 (4× smaller) everywhere before the first layer.
-        frames = observations.float() / 255.0
-        if self.channels_last:
-            frames = frames.contiguous(memory_format=torch.channels_last)
-        hidden = self.trunk(frames)
+        if self.channels_last:  # reorder the uint8 frames, 4× fewer bytes than after the cast
+            observations = observations.contiguous(memory_format=torch.channels_last)
+        hidden = self.trunk(observations.float() / 255.0)
         return self.policy(hidden), self.value(hidden).squeeze(-1)
 
 

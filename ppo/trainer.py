@@ -208,6 +208,8 @@ class Trainer:
         torch.set_num_threads(self.train_threads)
         self.rollout.compute_advantages(cfg.gamma, cfg.gae_lambda)
         batch = self.rollout.flat_batch(self.device)
+        if self.model.channels_last:  # once per update; minibatch gathers keep the layout
+            batch["observations"] = batch["observations"].contiguous(memory_format=torch.channels_last)
         for group in self.optimizer.param_groups:
             group["lr"] = hp["learning_rate"]
         clip_range = hp["clip_range"]
