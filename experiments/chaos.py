@@ -40,8 +40,19 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in text.split()]
 
 
-def worker_pids(trainer_pid: int) -> list[int]:
-    """The game workers: children of the trainer's forkserver."""
+def _age_s(pid: int) -> float:
+    """Seconds since process `pid` started (0 if it is gone)."""
+    try:
+        start_ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return 0.0
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def worker_pids(trainer_pid: int, min_age_s: float = 1.0) -> list[int]:
+    """The game workers (children of the trainer's forkserver) that have been up for a while: a
+    replacement still starting is retried by the pool itself, not replaced, so it is spared."""
     workers = []
     for child in _children(trainer_pid):
         try:
@@ -49,7 +60,7 @@ def worker_pids(trainer_pid: int) -> list[int]:
         except FileNotFoundError:
             continue
         if b"forkserver" in cmdline:
-            workers.extend(_children(child))
+            workers.extend(pid for pid in _children(child) if _age_s(pid) >= min_age_s)
     return workers
 
 
@@ -103,7 +114,7 @@ def interrupted_run(runner: Runner, rng: random.Random, interruptions: int, kill
         if kills and resumes == 0:
             wait_for_checkpoint(run, runner.data_dir, started)  # training is under way
         for _ in range(kills if resumes == 0 else 0):
-            time.sleep(rng.uniform(0.2, 1.5))
+            time.sleep(rng.uniform(0.2, 1.0))
             victims = worker_pids(run.pid)
             if run.poll() is None and victims:
                 os.kill(rng.choice(victims), signal.SIGKILL)
@@ -144,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rng = random.Random(args.seed)
     marker = os.urandom(8).hex()
-    base = ["--updates", str(args.updates), "--n-workers", "4", "--worker-steps", "32", "--minibatches", "2",
+    base = ["--updates", str(args.updates), "--n-workers", "4", "--worker-steps", "128", "--minibatches", "4",
             "--epochs", "2", "--checkpoint-every", "1", "--seed", str(args.seed), "--max-worker-restarts", str(args.kills + 1)]
     with tempfile.TemporaryDirectory(prefix="chaos-") as temp:
         root = Path(args.data_dir or temp)

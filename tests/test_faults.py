@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -166,4 +167,14 @@ def test_checkpoint_of_another_model_is_refused_before_anything_starts(cli, tmp_
     assert result.returncode == 2
     assert result.stderr.strip() == "error: the checkpoint's model has 6 actions; Breakout has 4"
     assert {p: p.stat().st_mtime_ns for p in path.parent.parent.rglob("*") if p.is_file()} == before
+    assert cli.leftovers() == []
+
+
+def test_chaos_script_end_to_end(cli) -> None:
+    result = cli.run("experiments.chaos", "--updates", "6", "--interruptions", "1", "--kills", "1", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["params_match_uninterrupted"] is True
+    assert report["worker_restarts"] == report["workers_killed"] == 1
+    assert report["resumes"] >= 2 and report["updates_completed"] == 12 and report["processes_left"] == 0
     assert cli.leftovers() == []
