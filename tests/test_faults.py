@@ -178,3 +178,32 @@ def test_chaos_script_end_to_end(cli) -> None:
     assert report["worker_restarts"] == report["workers_killed"] == 1
     assert report["resumes"] >= 2 and report["updates_completed"] == 12 and report["processes_left"] == 0
     assert cli.leftovers() == []
+
+
+def test_a_game_that_keeps_raising_stops_the_run_with_its_traceback(pool_stack) -> None:
+    # An exception inside the game (here: an action the game does not have) is a worker failure
+    # like a crash: the worker is replaced, and when it keeps failing the error names the worker
+    # and carries the traceback from inside it.
+    trainer, pool = make_trainer(pool_stack, max_worker_restarts=2)
+    with pytest.raises(WorkerKeepsFailing) as error:
+        trainer._with_worker_restarts(lambda: pool.step(np.array([0, 9])))
+    message = str(error.value)
+    assert "worker 1 failed 3 times" in message and "worker 1 raised IndexError" in message
+    assert "--- traceback in worker 1 ---" in message and "game/atari.py" in message
+    assert trainer.worker_restarts == 2
+
+
+def test_second_ctrl_c_stops_at_once_without_orphans(cli, tmp_path: Path) -> None:
+    process = cli.start("experiments.breakout", "--updates", "1000", *TINY, "--data-dir", str(tmp_path))
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("breakout/*/run.pid")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # training is under way
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    _, stderr = process.communicate(timeout=60)
+    assert time.monotonic() - started < 30
+    assert process.returncode == 130 and "stopped at once" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert cli.leftovers() == []
