@@ -113,8 +113,8 @@ class Trainer:
         self.worker_restarts += 1
         # A new seed for the replacement: replaying the seed that just failed could fail again.
         self.pool.restart_worker(failure.worker, seed_offset=self.worker_restarts * 1_000_003)
-        self.on_event(f"{str(failure).splitlines()[0]}; replaced it (restart {self.worker_restarts}), "
-                      f"rollout of update {self.update + 1} starts over")
+        self.on_event(f"{str(failure).splitlines()[0]}; replaced it (restart {self.worker_restarts}) "
+                      f"during update {self.update + 1}")
 
     def _collect_once(self) -> None:
         rollout, pool = self.rollout, self.pool
@@ -287,8 +287,9 @@ class Trainer:
 
     def state_dict(self, live_values: dict[str, Any]) -> dict[str, Any]:
         try:
-            env_states = self.pool.get_state()
-        except PoolError:  # a broken pool: the checkpoint still saves the learner; games start afresh
+            # A worker found dead here is replaced (and counted) like one found dead while sampling.
+            env_states = self._with_worker_restarts(self.pool.get_state)
+        except (PoolError, WorkerKeepsFailing):  # the learner is still saved; games start afresh
             env_states = None
         return {
             "config": self.config.to_dict(),

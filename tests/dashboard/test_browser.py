@@ -23,7 +23,8 @@ def test_run_page_renders_with_local_libraries(dashboard: Dashboard, finished_ru
         browser.load(f'{dashboard.url}/run/{finished_run}')
         drawn = browser.wait_until(
             "document.querySelector('.run h3') !== null && document.body.innerText.includes('probe')"
-            " && document.querySelector('.labml-card svg path') !== null", PAGE_LIMIT_S)
+            " && document.querySelector('.labml-card svg path') !== null"
+            " && document.getElementById('dashboard-hyperparams-link') !== null", PAGE_LIMIT_S)
         screenshot = tmp_path / 'run-page.png'
         browser.screenshot(screenshot)
         dom = browser.evaluate('document.documentElement.outerHTML')
