@@ -19,7 +19,7 @@ import sys
 import time
 import types
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -100,6 +100,30 @@ class EnvPool(ABC):
     @abstractmethod
     def drain(self) -> None:
         """Settle requests still in flight after a failure, so every worker takes new commands."""
+
+    # Shared by the implementations: the envs of a worker range, and the batch a step returns.
+    envs_per_worker: int
+    _batch: StepBatch  # views of every env's reward/terminal/truncation, refreshed by each step
+
+    def _envs_of(self, workers: range) -> slice:
+        return slice(workers.start * self.envs_per_worker, workers.stop * self.envs_per_worker)
+
+    def _step_batch(self, workers: range, worker_events: Iterable[Any]) -> StepBatch:
+        """The batch for `workers`' envs, with the rare events (finished games, truncated
+        observations) their workers reported; each item of `worker_events` is None or
+        (list of (env, EpisodeStats), {env: final observation})."""
+        envs = self._envs_of(workers)
+        if envs == slice(0, self.n_envs):
+            batch = self._batch
+        else:
+            batch = StepBatch(self._batch.rewards[envs], self._batch.terminals[envs], self._batch.truncations[envs])
+        batch.episodes = []
+        batch.final_observations = {}
+        for events in worker_events:
+            if events is not None:
+                batch.episodes.extend(events[0])
+                batch.final_observations.update(events[1])
+        return batch
 
     @abstractmethod
     def get_state(self) -> list[dict[str, Any]]:
@@ -213,19 +237,7 @@ class PipePool(EnvPool):
     def step_wait(self, workers: range) -> StepBatch:
         """Wait for the step started by `step_async(…, workers)`; the batch covers their envs only
         (its arrays are views valid until those envs step again; env indices are global)."""
-        replies = self._gather(workers, self.timeout_s)
-        envs = self._envs_of(workers)
-        if envs == slice(0, self.n_envs):
-            batch = self._batch
-        else:
-            batch = StepBatch(self._batch.rewards[envs], self._batch.terminals[envs], self._batch.truncations[envs])
-        batch.episodes = []
-        batch.final_observations = {}
-        for events in replies:
-            if events is not None:
-                batch.episodes.extend(events[0])
-                batch.final_observations.update(events[1])
-        return batch
+        return self._step_batch(workers, self._gather(workers, self.timeout_s))
 
     def drain(self) -> None:
         """Read and drop the replies of requests still in flight (after a failure elsewhere), so
@@ -236,9 +248,6 @@ class PipePool(EnvPool):
                 self._gather(in_flight, self.timeout_s)
             except PoolError:
                 pass
-
-    def _envs_of(self, workers: range) -> slice:
-        return slice(workers.start * self.envs_per_worker, workers.stop * self.envs_per_worker)
 
     def get_state(self) -> list[dict[str, Any]]:
         return [state for states in self._request_all(Command.GET_STATE) for state in states]

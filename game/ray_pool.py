@@ -235,19 +235,7 @@ class RayPool(EnvPool):
         if missing:
             raise RuntimeError(f"workers {missing} were not started: call step_async first")
         replies = self._gather({w: self._pending.pop(w) for w in workers}, self.timeout_s, on_value=self._store_step)
-        envs = slice(workers.start * self.envs_per_worker, workers.stop * self.envs_per_worker)
-        if envs == slice(0, self.n_envs):
-            batch = self._batch
-        else:
-            batch = StepBatch(self._batch.rewards[envs], self._batch.terminals[envs], self._batch.truncations[envs])
-        batch.episodes = []
-        batch.final_observations = {}
-        for w in workers:
-            events = replies[w][4]
-            if events is not None:
-                batch.episodes.extend(events[0])
-                batch.final_observations.update(events[1])
-        return batch
+        return self._step_batch(workers, (replies[w][4] for w in workers))
 
     def drain(self) -> None:
         """Wait for steps still in flight (after a failure elsewhere); the survivors' results are
