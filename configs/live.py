@@ -37,6 +37,10 @@ class LiveHyperParams:
         """Current values; calling a registered param also tracks it as `hp.<name>`."""
         return {name: (param() if param._key is not None else param._value) for name, param in self.params.items()}
 
+    def bases(self) -> dict[str, Any]:
+        """Current values without tracking them: what a checkpoint keeps for a resume."""
+        return {name: param._value for name, param in self.params.items()}
+
     def labml_configs(self, config: PPOConfig) -> dict[str, Any]:
         """The whole config for `experiment.configs`, the live keys as DynamicHyperParams."""
         values: dict[str, Any] = config.to_dict()

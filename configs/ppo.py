@@ -198,7 +198,9 @@ def validate(config: PPOConfig) -> PPOConfig:
             f"(n_workers {config.n_workers} × envs_per_worker {config.envs_per_worker} × worker_steps {config.worker_steps})",
         )
     if config.n_updates < 1:
-        raise ConfigError("total_env_steps", config.total_env_steps, f"at least one batch ({config.batch_size} steps)")
+        raise ConfigError("total_env_steps", config.total_env_steps,
+                          f"at least one batch of {config.batch_size} steps (n_workers {config.n_workers} × "
+                          f"envs_per_worker {config.envs_per_worker} × worker_steps {config.worker_steps})")
     device = config.device
     if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
         raise ConfigError("device", device, "auto, cpu, cuda or cuda:N")

@@ -115,7 +115,7 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
 
         def checkpoint() -> Path:
             path = checkpoint_path(run_dir)
-            save_checkpoint(path, trainer.state_dict({k: p._value for k, p in live.params.items()}))
+            save_checkpoint(path, trainer.state_dict(live.bases()))
             return path
 
         try:
