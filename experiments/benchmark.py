@@ -39,7 +39,7 @@ from torch import nn
 from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import PPOConfig
 from game.atari import gym_id
-from game.backends import make_pool
+from game.backends import game_specs, make_pool
 from game.pool import EnvPool
 from ppo.model import ActorCritic
 from ppo.seeding import derive_seeds
@@ -198,8 +198,6 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
                              warmup_updates: int) -> dict[str, Any]:
     """The worker pool alone (random actions), then the trainer's phases on it; the pool is
     closed on return, whatever happens."""
-    from experiments.breakout import game_specs
-
     seeds = derive_seeds(config.seed, config.n_envs)
     out: dict[str, Any] = {}
     warmup = warmup_seconds(duration)

@@ -20,8 +20,8 @@ from configs.cli import OneLineParser, config_from_overrides, fail, parse_config
 from configs.live import LiveHyperParams
 from configs.ppo import ConfigError, PPOConfig, config_fields
 from dashboard.client import finish_app_tracking
-from game.atari import GameSpec, make_ale_env
-from game.backends import make_pool
+from game.atari import make_ale_env
+from game.backends import game_specs, make_pool
 from game.pool import PoolError
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
 from ppo.evaluation import record_training_video
@@ -32,14 +32,6 @@ from ppo.stopping import GracefulStop
 from ppo.trainer import NonFiniteLoss, Trainer, WorkerKeepsFailing, resolve_device
 
 PRINTED_METRICS = ("score_mean_100", "policy_loss", "value_loss", "entropy", "approx_kl", "sps")
-
-
-def game_specs(config: PPOConfig, env_seeds: list[int]) -> list[GameSpec]:
-    return [
-        GameSpec(config.game, seed, config.noop_max, config.fire_on_reset, config.terminal_on_life_loss,
-                 config.clip_rewards, config.frame_skip, config.frame_stack, config.max_episode_frames)
-        for seed in env_seeds
-    ]
 
 
 def app_url(dashboard: str | None) -> str | None:

@@ -14,7 +14,8 @@ Two streams leave a game and must not be mixed:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
 
 import ale_py
@@ -44,6 +45,13 @@ class GameSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], seed: int, **changes: Any) -> GameSpec:
+        """The spec named by a run's settings (a config dict: every field is matched by name, so
+        the order of fields never matters; absent ones keep their defaults), with `seed`."""
+        names = {f.name for f in fields(cls)} - {"seed"}
+        return cls(seed=seed, **{**{k: settings[k] for k in names if k in settings}, **changes})
 
 
 class EpisodeStats(NamedTuple):

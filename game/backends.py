@@ -21,6 +21,12 @@ if TYPE_CHECKING:  # configs.ppo imports nothing heavy, but game/ should not nee
 BACKENDS = ("local", "ray")
 
 
+def game_specs(config: PPOConfig, env_seeds: Sequence[int]) -> list[GameSpec]:
+    """One `GameSpec` per env: the run's game settings, each env with its own derived seed."""
+    settings = config.to_dict()
+    return [GameSpec.from_settings(settings, seed) for seed in env_seeds]
+
+
 def make_pool(config: PPOConfig, specs: Sequence[GameSpec]) -> EnvPool:
     """The pool `config.backend` names, for the envs `specs` describes."""
     if config.backend == "local":

@@ -53,13 +53,10 @@ def evaluation_spec(config: dict[str, Any], seed: int) -> GameSpec:
     Rewards are left unclipped (they then add up to the score); `terminal_on_life_loss` only
     affects the learner's signal, never how long a game lasts.
     """
-    names = {f.name for f in dataclasses.fields(GameSpec)} - {"seed"}
     missing = sorted({"game", "frame_stack"} - set(config))
     if missing:
         raise ValueError(f"the run's config has no {missing[0]!r}")
-    values = {name: config[name] for name in names if name in config}
-    values.update(seed=seed, clip_rewards=False)
-    return GameSpec(**values)
+    return GameSpec.from_settings(config, seed, clip_rewards=False)
 
 
 def screen_rgb(game: Game) -> np.ndarray:

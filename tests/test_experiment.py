@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from configs.ppo import PPOConfig
-from experiments.breakout import game_specs, main
+from experiments.breakout import main
+from game.backends import game_specs
 from game.pool import PipePool
 from ppo.checkpoint import load_checkpoint
 from ppo.seeding import derive_seeds

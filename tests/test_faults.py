@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from configs.ppo import PPOConfig
-from experiments.breakout import game_specs
+from game.backends import game_specs
 from game.pool import PipePool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from configs.ppo import PPOConfig
-from experiments.breakout import game_specs, main
+from experiments.breakout import main
 from game.atari import GameSpec
-from game.backends import make_pool
+from game.backends import game_specs, make_pool
 from game.pool import PipePool
 from game.protocol import WorkerDied, WorkerError, WorkerTimeout
 from game.ray_pool import ray_installed

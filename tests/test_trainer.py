@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from configs.ppo import PPOConfig
-from experiments.breakout import game_specs
 from game.atari import Game
+from game.backends import game_specs
 from game.pool import PipePool
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
