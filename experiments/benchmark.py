@@ -38,6 +38,7 @@ from torch import nn
 
 from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import PPOConfig
+from experiments import process_table
 from game.atari import gym_id
 from game.backends import game_specs, make_pool
 from game.pool import EnvPool
@@ -127,15 +128,6 @@ def _pss_kb(pid: int | str) -> int:
     return 0
 
 
-def _parent_pid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            # the command name (field 2) may hold spaces and parentheses: split after the last ")"
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def worker_memory(pool: EnvPool, backend: str = "local") -> dict[str, float]:
     """Peak (VmHWM) and current (VmRSS) resident sets, in MB, summed over the workers and the
     forkserver that forked them (their parent). RSS counts shared library pages once per
@@ -143,7 +135,7 @@ def worker_memory(pool: EnvPool, backend: str = "local") -> dict[str, float]:
     on a cluster, only the actors on this machine are found)."""
     pids = set(pool.worker_pids())  # type: ignore[attr-defined]
     if backend == "local":
-        pids |= {p for p in (_parent_pid(pid) for pid in list(pids)) if p and p != os.getpid() and p != 1}
+        pids |= {p for p in (process_table.parent_pid(pid) for pid in list(pids)) if p and p != os.getpid() and p != 1}
     mb = 1 / 1024
     return {
         "workers_peak_rss_mb": sum(_status_kb(p, "VmHWM") for p in pids) * mb,

@@ -27,54 +27,24 @@ from typing import Any
 import torch
 
 from configs.cli import OneLineParser, fail
+from experiments import process_table
 from ppo.checkpoint import load_checkpoint
 
 MARK = "BREAKOUT_CHAOS_MARK"
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except FileNotFoundError:
-        return []
-    return [int(x) for x in text.split()]
-
-
-def _age_s(pid: int) -> float:
-    """Seconds since process `pid` started (0 if it is gone)."""
-    try:
-        start_ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (FileNotFoundError, IndexError, ValueError):
-        return 0.0
-    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def worker_pids(trainer_pid: int, min_age_s: float = 1.0) -> list[int]:
     """The game workers (children of the trainer's forkserver) that have been up for a while: a
     replacement still starting is retried by the pool itself, not replaced, so it is spared."""
     workers = []
-    for child in _children(trainer_pid):
+    for child in process_table.children(trainer_pid):
         try:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
         except FileNotFoundError:
             continue
         if b"forkserver" in cmdline:
-            workers.extend(pid for pid in _children(child) if _age_s(pid) >= min_age_s)
+            workers.extend(pid for pid in process_table.children(child) if process_table.age_s(pid) >= min_age_s)
     return workers
-
-
-def marked_processes(marker: str) -> list[int]:
-    needle = f"{MARK}={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0") and "State:\tZ" not in (entry / "status").read_text():
-                    found.append(int(entry.name))
-            except (FileNotFoundError, PermissionError, ProcessLookupError):
-                pass
-    return found
 
 
 class Runner:
@@ -166,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resumed = interrupted_run(Runner(root / "resumed", base, marker), rng, args.interruptions, kills=0)
         killed = interrupted_run(Runner(root / "killed", base, marker), rng, min(args.interruptions, 1), kills=args.kills)
         time.sleep(0.5)
-        leftovers = marked_processes(marker)
+        leftovers = process_table.marked(MARK, marker)
         result = {
             "updates_completed": resumed["updates"] + killed["updates"],
             "worker_restarts": killed["worker_restarts"],

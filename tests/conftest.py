@@ -11,33 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from experiments import process_table
+
+# Every process a test's run starts (workers, the forkserver, the resource tracker) inherits this
+# variable, so leftovers are found even after they were re-parented to init.
+MARK = "BREAKOUT_TEST_MARK"
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def processes_marked(marker: str) -> list[int]:
-    """PIDs of live processes whose environment carries `marker`.
-
-    Every process a run starts (workers, the forkserver, the resource tracker) inherits the
-    environment, so this finds orphans even after they were re-parented to init.
-    """
-    needle = f"BREAKOUT_TEST_MARK={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                status = (entry / "status").read_text()
-                if "\nState:\tZ" not in status:  # a zombie is already dead
-                    found.append(int(entry.name))
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-    return found
 
 
 def wait_until_no_processes(marker: str, timeout_s: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
-    while (left := processes_marked(marker)) and time.monotonic() < deadline:
+    while (left := process_table.marked(MARK, marker)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
 
@@ -49,7 +34,7 @@ class Cli:
         self.marker = uuid.uuid4().hex
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ, BREAKOUT_TEST_MARK=self.marker, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARK: self.marker})
         env.pop("labml_app_url", None)
         return env
 

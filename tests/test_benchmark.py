@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments import process_table
 from experiments.benchmark import JSON_KEYS, RATE_KEYS, bound_sps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,45 +29,11 @@ def _run(args: list[str], marker: str, timeout: float) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    needle = f"BENCHMARK_TEST_MARKER={marker}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue  # gone, or not ours to read
-    return found
-
-
-def _children_of(pid: int) -> list[int]:
-    try:
-        import psutil
-    except ImportError:
-        children = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if parent == pid:
-                children.append(int(entry))
-        return children
-    return [p.pid for p in psutil.Process(pid).children()]
-
-
 def _assert_nothing_left(marker: str, children_before: set[int]) -> None:
     deadline = time.monotonic() + 10.0  # the forkserver and tracker exit once they see EOF
     while True:
-        left = _processes_with(marker)
-        new_children = set(_children_of(os.getpid())) - children_before
+        left = process_table.marked("BENCHMARK_TEST_MARKER", marker)
+        new_children = set(process_table.children(os.getpid())) - children_before
         if not left and not new_children:
             return
         if time.monotonic() > deadline:
@@ -76,7 +43,7 @@ def _assert_nothing_left(marker: str, children_before: set[int]) -> None:
 
 def test_benchmark_prints_consistent_json_and_leaves_no_process() -> None:
     marker = uuid.uuid4().hex
-    before = set(_children_of(os.getpid()))
+    before = set(process_table.children(os.getpid()))
     started = time.monotonic()
     result = _run(TINY, marker, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -132,4 +99,4 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str]) -> None:
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
-    assert not _processes_with(marker)
+    assert not process_table.marked("BENCHMARK_TEST_MARKER", marker)

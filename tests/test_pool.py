@@ -7,16 +7,9 @@ import time
 import numpy as np
 import pytest
 
+from experiments.process_table import is_alive
 from game.atari import Game, GameSpec
 from game.pool import PipePool, WorkerDied, WorkerError, WorkerTimeout
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "\nState:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def specs(n: int) -> list[GameSpec]:
@@ -57,7 +50,7 @@ def test_exception_in_worker_reaches_trainer_with_traceback_and_worker_id() -> N
         assert "worker 1 raised IndexError" in str(error.value)
         assert "game/atari.py" in str(error.value) and "Traceback" in str(error.value)
         pool.step(np.zeros(4, np.int64))  # the protocol is still in step for everyone
-    assert not any(alive(pid) for pid in pids)
+    assert not any(is_alive(pid) for pid in pids)
 
 
 def test_killed_worker_is_noticed_at_once() -> None:
@@ -69,7 +62,7 @@ def test_killed_worker_is_noticed_at_once() -> None:
         assert time.monotonic() - start < 5
         assert error.value.exitcode == -signal.SIGKILL
         pids = pool.worker_pids()
-    assert not any(alive(pid) for pid in pids)
+    assert not any(is_alive(pid) for pid in pids)
 
 
 def test_hung_worker_times_out_and_is_cleaned_up() -> None:
@@ -78,7 +71,7 @@ def test_hung_worker_times_out_and_is_cleaned_up() -> None:
         os.kill(hung, signal.SIGSTOP)
         with pytest.raises(WorkerTimeout, match="worker 0 did not answer"):
             pool.step(np.zeros(2, np.int64))
-    assert not alive(hung)  # close() terminated (then killed) what would not stop
+    assert not is_alive(hung)  # close() terminated (then killed) what would not stop
 
 
 def test_restarted_worker_serves_with_new_seeds() -> None:
@@ -109,6 +102,6 @@ def test_close_is_idempotent_and_leaves_nothing() -> None:
     pids = pool.worker_pids()
     pool.close()
     pool.close()
-    assert not any(alive(pid) for pid in pids)
+    assert not any(is_alive(pid) for pid in pids)
     with pytest.raises(RuntimeError, match="closed"):
         pool.step(np.zeros(3, np.int64))

@@ -20,6 +20,7 @@ import torch
 
 from configs.ppo import PPOConfig
 from experiments.breakout import main
+from experiments.process_table import is_alive
 from game.atari import GameSpec
 from game.backends import game_specs, make_pool
 from game.pool import PipePool
@@ -34,16 +35,9 @@ requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not instal
 ROLLOUT_FIELDS = ("observations", "actions", "log_probs", "values", "rewards", "terminals", "truncations")
 
 
-def alive(pid: int) -> bool:
-    try:
-        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-
-
 def wait_dead(pids: list[int], timeout_s: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
-    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+    while (left := [p for p in pids if is_alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
 
@@ -157,7 +151,7 @@ def test_hung_actor_times_out_and_is_killed_on_restart(ray_instance) -> None:
             pool.restart_worker(0, seed_offset=10)
             pool.step(np.zeros(2, np.int64))
         finally:
-            if alive(hung):
+            if is_alive(hung):
                 os.kill(hung, signal.SIGCONT)
     assert wait_dead([hung]) == []
 

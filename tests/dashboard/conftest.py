@@ -6,7 +6,9 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from dashboard_support import Dashboard, ProbeRun, descendants, marked_processes
+from dashboard_support import Dashboard, ProbeRun, marked_processes
+
+from experiments.process_table import descendants
 
 
 @pytest.fixture

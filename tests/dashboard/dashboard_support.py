@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiments import process_table
+
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name('probe_run.py')
 # Generous safety nets so a broken build fails instead of hanging; no test asserts speed.
@@ -38,18 +40,7 @@ TEST_MARK = f'DASHBOARD_TEST_MARK={uuid.uuid4().hex}'
 
 def marked_processes() -> set[int]:
     """Live (non-zombie) processes whose environment carries TEST_MARK."""
-    needle = TEST_MARK.encode()
-    found = set()
-    for entry in Path('/proc').iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / 'environ').read_bytes().split(b'\0') and \
-                    '\nState:\tZ' not in (entry / 'status').read_text():
-                found.add(int(entry.name))
-        except OSError:
-            continue
-    return found
+    return set(process_table.marked(*TEST_MARK.split('=')))
 
 
 def child_env() -> dict[str, str]:
@@ -60,27 +51,6 @@ def child_env() -> dict[str, str]:
     env['PYTHONUNBUFFERED'] = '1'
     env.pop('labml_app_url', None)
     return env
-
-
-def descendants(pid: int) -> list[int]:
-    """Live descendants of `pid`, from /proc (zombies count: they were not reaped)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f'/proc/{entry}/stat').read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(')', 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 class Process:

@@ -1,0 +1,74 @@
+"""Reading the process table (Linux /proc), for the chaos script, the benchmark and the tests:
+finding a run's processes by an environment marker they all inherit — even orphans, once they
+were re-parented to init — and walking parent/child links."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PROC = Path("/proc")
+
+
+def _pids() -> list[int]:
+    return [int(entry.name) for entry in _PROC.iterdir() if entry.name.isdigit()]
+
+
+def is_alive(pid: int) -> bool:
+    """Running or sleeping; a zombie has already exited (it only waits to be reaped)."""
+    try:
+        return "\nState:\tZ" not in (_PROC / str(pid) / "status").read_text()
+    except OSError:
+        return False
+
+
+def marked(key: str, value: str) -> list[int]:
+    """Live processes whose environment holds `key=value` (this process excluded)."""
+    needle = f"{key}={value}".encode()
+    found = []
+    for pid in _pids():
+        if pid == os.getpid():
+            continue
+        try:
+            environ = (_PROC / str(pid) / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ.split(b"\0") and is_alive(pid):
+            found.append(pid)
+    return found
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        # The command name (field 2) may hold spaces and parentheses: split after the last ")".
+        return int((_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def children(pid: int) -> list[int]:
+    return [child for child in _pids() if parent_pid(child) == pid]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (zombies included: they were not reaped)."""
+    parents = {child: parent_pid(child) for child in _pids()}
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def age_s(pid: int) -> float:
+    """Seconds since `pid` started (0 if it is gone)."""
+    try:
+        start_ticks = int((_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float((_PROC / "uptime").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
