@@ -14,14 +14,16 @@ Lifecycle rules, because a pool that hangs or leaks processes loses a day of tra
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing as mp
+import select
 import sys
 import time
 import types
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,7 @@ __all__ = ["EnvPool", "PipePool", "PoolError", "StepBatch", "WorkerDied", "Worke
 # Workers fork from a server that has imported only this package: no torch, no CUDA state,
 # and no inherited copies of the trainer's Pipe ends (which would hide a dead trainer from them).
 START_METHOD = "forkserver"
+_READABLE = select.POLLIN | select.POLLHUP | select.POLLERR
 
 
 @contextlib.contextmanager
@@ -311,38 +314,60 @@ class PipePool(EnvPool):
 
     def _gather(self, indices: Sequence[int], timeout_s: float) -> list[Any]:
         """One reply from each worker in `indices`. Drains every live worker before raising, so
-        the survivors stay in step; then raises the first failure, naming its worker."""
-        pending = {self._workers[i].conn: i for i in indices}
-        sentinels = {self._workers[i].process.sentinel: i for i in indices}
+        the survivors stay in step; then raises the first failure, naming its worker.
+
+        Waits with one `select.poll` over the Pipes and the process sentinels: it runs once per
+        agent step, and `multiprocessing.connection.wait` (a new `selectors` object and a Python
+        registration per handle on every call) cost more than half of the trainer's time here."""
+        poller = select.poll()
+        owners: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its sentinel)
         for i in indices:
-            self._workers[i].awaiting = False  # answered, failed or abandoned: not in flight any more
+            worker = self._workers[i]
+            worker.awaiting = False  # answered, failed or abandoned: not in flight any more
+            owners[worker.conn.fileno()] = (i, False)
+            owners[worker.process.sentinel] = (i, True)
+        for fd in owners:
+            poller.register(fd, _READABLE)
+        pending = set(indices)
         values: dict[int, Any] = {}
         failures: list[PoolError] = []
+
+        def settle(i: int, failure: PoolError | None = None) -> None:
+            """Worker i is done for this request: stop watching it; record its failure."""
+            pending.discard(i)
+            for fd in (self._workers[i].conn.fileno(), self._workers[i].process.sentinel):
+                if owners.pop(fd, None) is not None:
+                    poller.unregister(fd)
+            if failure is not None:
+                failures.append(failure)
+
         deadline = time.monotonic() + timeout_s
         while pending:
-            ready = wait([*pending, *sentinels], timeout=max(0.0, deadline - time.monotonic()))
+            ready = poller.poll(max(0, math.ceil((deadline - time.monotonic()) * 1000)))
             if not ready:
-                failures.extend(WorkerTimeout(i, timeout_s) for i in pending.values())
+                failures.extend(WorkerTimeout(i, timeout_s) for i in sorted(pending))
                 break
-            for handle in ready:
-                if isinstance(handle, int):  # a sentinel: the process has exited
-                    i = sentinels.pop(handle)
-                    conn = self._workers[i].conn
-                    if conn in pending and not conn.poll():
-                        del pending[conn]
-                        self._workers[i].process.join(0.1)
-                        failures.append(WorkerDied(i, self._workers[i].process.exitcode))
+            for fd, _ in ready:
+                if fd not in owners:
+                    continue  # its worker was settled earlier in this batch
+                i, is_sentinel = owners[fd]
+                worker = self._workers[i]
+                if is_sentinel:  # the process has exited; a reply it sent first is still read
+                    if worker.conn.poll():
+                        del owners[fd]
+                        poller.unregister(fd)
+                    else:
+                        worker.process.join(0.1)
+                        settle(i, WorkerDied(i, worker.process.exitcode))
                     continue
-                i = pending.pop(handle)
                 try:
-                    reply = decode_reply(handle.recv_bytes())
+                    reply = decode_reply(worker.conn.recv_bytes())
                 except (EOFError, OSError):
-                    self._workers[i].process.join(1.0)
-                    failures.append(WorkerDied(i, self._workers[i].process.exitcode))
+                    worker.process.join(1.0)
+                    settle(i, WorkerDied(i, worker.process.exitcode))
                     continue
-                if reply.error is not None:
-                    failures.append(WorkerError(i, reply.error))
-                else:
+                settle(i, WorkerError(i, reply.error) if reply.error is not None else None)
+                if reply.error is None:
                     values[i] = reply.value
         if failures:
             raise failures[0]

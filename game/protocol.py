@@ -46,8 +46,16 @@ NOTHING_TO_REPORT = b""
 _PLAIN_COMMANDS = {command: pickle.dumps((command, None)) for command in Command}
 
 
+_PLAIN_DECODED = {message: (command, None) for command, message in _PLAIN_COMMANDS.items()}
+
+
 def encode_command(command: Command, payload: Any = None) -> bytes:
     return _PLAIN_COMMANDS[command] if payload is None else pickle.dumps((command, payload))
+
+
+def decode_command(message: bytes) -> tuple[Command, Any]:
+    plain = _PLAIN_DECODED.get(message)
+    return plain if plain is not None else pickle.loads(message)
 
 
 def decode_reply(message: bytes) -> Reply:

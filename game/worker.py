@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from game.atari import Game, GameSpec
-from game.protocol import NOTHING_TO_REPORT, Command, RemoteError, Reply
+from game.protocol import NOTHING_TO_REPORT, Command, RemoteError, Reply, decode_command
 from game.shared import Layout, SharedArrays
 
 
@@ -37,7 +37,7 @@ def run_worker(conn: Connection, specs: list[GameSpec], shm_name: str, layout: L
             return
         while True:
             try:
-                command, payload = conn.recv()
+                command, payload = decode_command(conn.recv_bytes())
             except (EOFError, OSError):
                 return  # the trainer is gone: nobody to serve
             if command is Command.CLOSE:
