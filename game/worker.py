@@ -22,6 +22,7 @@ from game.shared import Layout, SharedArrays
 def run_worker(conn: Connection, specs: list[GameSpec], shm_name: str, layout: Layout, first_env: int) -> None:
     """Serve commands until CLOSE or until the trainer's end of the Pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _schedule_as_batch_job()
     shared = SharedArrays(layout, shm_name)
     games: list[Game] = []
     try:
@@ -90,12 +91,29 @@ def _step(games: list[Game], actions: Any, rewards: Any, terminals: Any, truncat
     return events
 
 
+def _schedule_as_batch_job() -> None:
+    """Ask Linux to treat this process as a throughput job (SCHED_BATCH, same priority).
+
+    The trainer wakes every worker once per step. A normal woken task may preempt the task that
+    woke it, so the trainer, mid-way through sending its commands, lost the core to the first
+    worker it woke (a Pipe write measured 86 µs instead of a few). A batch task never preempts on
+    wake-up: the trainer finishes sending, and the workers run as soon as a core is free.
+    Measured at 8 workers × 1 env on 2 cores: sampling (`Trainer.collect`) 1,845 → 2,036 steps/s
+    (mean of four interleaved runs each). Needs no privilege; elsewhere it is skipped."""
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_BATCH"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except OSError:
+            pass
+
+
 def _info(games: list[Game]) -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "n_actions": games[0].n_actions,
         "action_meanings": games[0].action_meanings,
         "torch_imported": "torch" in sys.modules,
+        "scheduler": os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None,
     }
 
 

@@ -41,6 +41,14 @@ def test_workers_never_import_torch() -> None:
         assert [info["torch_imported"] for info in pool.worker_info()] == [False, False]
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policy")
+def test_workers_are_batch_jobs_and_the_trainer_is_not() -> None:
+    with PipePool(specs(2)) as pool:
+        assert [os.sched_getscheduler(pid) for pid in pool.worker_pids()] == [os.SCHED_BATCH] * 2
+        assert [info["scheduler"] for info in pool.worker_info()] == [os.SCHED_BATCH] * 2
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
 def test_exception_in_worker_reaches_trainer_with_traceback_and_worker_id() -> None:
     with PipePool(specs(4), envs_per_worker=2) as pool:
         pids = pool.worker_pids()
