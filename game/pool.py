@@ -104,9 +104,21 @@ class EnvPool(ABC):
     def drain(self) -> None:
         """Settle requests still in flight after a failure, so every worker takes new commands."""
 
-    # Shared by the implementations: the envs of a worker range, and the batch a step returns.
+    # Shared by the implementations: the specs they start from, the envs of a worker range, and
+    # the batch a step returns.
+    specs: list[GameSpec]
     envs_per_worker: int
+    timeout_s: float
     _batch: StepBatch  # views of every env's reward/terminal/truncation, refreshed by each step
+
+    def _take_specs(self, specs: Sequence[GameSpec], envs_per_worker: int, timeout_s: float) -> None:
+        """Check that `specs` split into workers of `envs_per_worker` games, and keep them."""
+        if not specs or len(specs) % envs_per_worker:
+            raise ValueError(f"{len(specs)} envs do not split into workers of {envs_per_worker}")
+        self.specs = list(specs)
+        self.n_envs = len(specs)
+        self.envs_per_worker = envs_per_worker
+        self.timeout_s = timeout_s
 
     def _envs_of(self, workers: range) -> slice:
         return slice(workers.start * self.envs_per_worker, workers.stop * self.envs_per_worker)
@@ -165,12 +177,7 @@ class PipePool(EnvPool):
         timeout_s: float = 60.0,
         start_timeout_s: float = 120.0,
     ) -> None:
-        if not specs or len(specs) % envs_per_worker:
-            raise ValueError(f"{len(specs)} envs do not split into workers of {envs_per_worker}")
-        self.specs = list(specs)
-        self.n_envs = len(specs)
-        self.envs_per_worker = envs_per_worker
-        self.timeout_s = timeout_s
+        self._take_specs(specs, envs_per_worker, timeout_s)
         self._closed = False
         self._workers: list[_Worker] = []
         stack = specs[0].frame_stack
@@ -332,12 +339,15 @@ class PipePool(EnvPool):
         values: dict[int, Any] = {}
         failures: list[PoolError] = []
 
+        def forget(fd: int) -> None:
+            if owners.pop(fd, None) is not None:
+                poller.unregister(fd)
+
         def settle(i: int, failure: PoolError | None = None) -> None:
             """Worker i is done for this request: stop watching it; record its failure."""
             pending.discard(i)
-            for fd in (self._workers[i].conn.fileno(), self._workers[i].process.sentinel):
-                if owners.pop(fd, None) is not None:
-                    poller.unregister(fd)
+            forget(self._workers[i].conn.fileno())
+            forget(self._workers[i].process.sentinel)
             if failure is not None:
                 failures.append(failure)
 
@@ -354,8 +364,7 @@ class PipePool(EnvPool):
                 worker = self._workers[i]
                 if is_sentinel:  # the process has exited; a reply it sent first is still read
                     if worker.conn.poll():
-                        del owners[fd]
-                        poller.unregister(fd)
+                        forget(fd)
                     else:
                         worker.process.join(0.1)
                         settle(i, WorkerDied(i, worker.process.exitcode))

@@ -44,8 +44,6 @@ class Reply:
 # object is never empty). Everything else is a pickled `(Command, payload)` or `Reply`.
 NOTHING_TO_REPORT = b""
 _PLAIN_COMMANDS = {command: pickle.dumps((command, None)) for command in Command}
-
-
 _PLAIN_DECODED = {message: (command, None) for command, message in _PLAIN_COMMANDS.items()}
 
 

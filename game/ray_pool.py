@@ -145,15 +145,10 @@ class RayPool(EnvPool):
         address: str | None = None,
         cpus_per_worker: float = 1.0,
     ) -> None:
-        if not specs or len(specs) % envs_per_worker:
-            raise ValueError(f"{len(specs)} envs do not split into workers of {envs_per_worker}")
+        self._take_specs(specs, envs_per_worker, timeout_s)
         if not cpus_per_worker > 0:
             raise ValueError(f"cpus_per_worker must be > 0, got {cpus_per_worker}")
         ray = self._ray = import_ray()
-        self.specs = list(specs)
-        self.n_envs = len(specs)
-        self.envs_per_worker = envs_per_worker
-        self.timeout_s = timeout_s
         self.cpus_per_worker = cpus_per_worker
         self._closed = False
         self._owns_ray = False
