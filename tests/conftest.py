@@ -1,4 +1,5 @@
-"""Shared helpers: run the real CLI, and find leftover processes through the process table."""
+"""Shared helpers: run the real CLI, find leftover processes through the process table, and
+train briefly from a seed on a real pool."""
 
 from __future__ import annotations
 
@@ -9,15 +10,40 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
+from configs.ppo import PPOConfig
 from experiments import process_table
+from game.backends import game_specs
+from game.pool import PipePool
+from ppo.seeding import derive_seeds
+from ppo.trainer import Trainer
 
 # Every process a test's run starts (workers, the forkserver, the resource tracker) inherits this
 # variable, so leftovers are found even after they were re-parented to init.
 MARK = "BREAKOUT_TEST_MARK"
 
 REPO = Path(__file__).resolve().parents[1]
+
+ROLLOUT_FIELDS = ("observations", "actions", "log_probs", "values", "rewards", "terminals", "truncations")
+
+
+def train_from_seed(config: PPOConfig, pool_factory=PipePool, updates: int = 0
+                    ) -> tuple[dict[str, np.ndarray], list[torch.Tensor]]:
+    """Start `config`'s games from its seed on a real pool, then fill one rollout (`updates=0`)
+    or run `updates` whole updates; returns copies of the last rollout and of the parameters."""
+    seeds = derive_seeds(config.seed, config.n_envs)
+    with pool_factory(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
+        trainer = Trainer(config, pool, seeds, torch.device("cpu"))
+        trainer.reset_envs()
+        if updates == 0:
+            trainer.collect()
+        for _ in range(updates):
+            trainer.step()
+        rollout = {name: getattr(trainer.rollout, name).copy() for name in ROLLOUT_FIELDS}
+        return rollout, [p.detach().clone() for p in trainer.model.parameters()]
 
 
 def wait_until_no_processes(marker: str, timeout_s: float = 10.0) -> list[int]:

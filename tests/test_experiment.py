@@ -10,15 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from configs.ppo import PPOConfig
 from experiments.breakout import main
-from game.backends import game_specs
-from game.pool import PipePool
 from ppo.checkpoint import load_checkpoint
-from ppo.seeding import derive_seeds
-from ppo.trainer import Trainer
+from tests.conftest import train_from_seed
 
 TINY = ["--n-workers", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "2"]
 SUMMARY_KEYS = {"run_uuid", "updates", "env_steps", "score_mean_100", "games", "sps", "checkpoint"}
@@ -80,14 +76,7 @@ def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Pa
 
 def test_same_seed_gives_the_same_first_rollout() -> None:
     def first_rollout(seed: int) -> dict[str, np.ndarray]:
-        config = PPOConfig(n_workers=2, envs_per_worker=2, worker_steps=32, seed=seed)
-        seeds = derive_seeds(config.seed, config.n_envs)
-        with PipePool(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
-            pool.reset()
-            trainer = Trainer(config, pool, seeds, torch.device("cpu"))
-            trainer.collect()
-            r = trainer.rollout
-            return {name: getattr(r, name).copy() for name in ("observations", "actions", "log_probs", "values", "rewards", "terminals")}
+        return train_from_seed(PPOConfig(n_workers=2, envs_per_worker=2, worker_steps=32, seed=seed))[0]
 
     a, b, c = first_rollout(3), first_rollout(3), first_rollout(4)
     for name in a:

@@ -28,12 +28,10 @@ from game.protocol import WorkerDied, WorkerError, WorkerTimeout
 from game.ray_pool import ray_installed
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
-from tests.conftest import REPO
+from tests.conftest import REPO, ROLLOUT_FIELDS, train_from_seed
 from tests.test_experiment import summary_of
 
 requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
-ROLLOUT_FIELDS = ("observations", "actions", "log_probs", "values", "rewards", "terminals", "truncations")
-
 
 def wait_dead(pids: list[int], timeout_s: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
@@ -61,13 +59,7 @@ def ray_pool(specs: list[GameSpec], envs_per_worker: int = 1, timeout_s: float =
 
 def first_rollout(pool_factory, overlap: bool) -> dict[str, np.ndarray]:
     config = PPOConfig(n_workers=2, envs_per_worker=2, worker_steps=32, seed=3, overlap_sampling=overlap)
-    seeds = derive_seeds(config.seed, config.n_envs)
-    with pool_factory(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
-        pool.reset()
-        trainer = Trainer(config, pool, seeds, torch.device("cpu"))
-        trainer.collect()
-        r = trainer.rollout
-        return {name: getattr(r, name).copy() for name in ROLLOUT_FIELDS}
+    return train_from_seed(config, pool_factory)[0]
 
 
 @requires_ray

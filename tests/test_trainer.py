@@ -12,6 +12,7 @@ from game.backends import game_specs
 from game.pool import PipePool
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
+from tests.conftest import train_from_seed
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -61,15 +62,7 @@ def test_how_envs_are_grouped_into_processes_does_not_change_learning() -> None:
     # rollout and the same parameters after an update, bit for bit (the README recommends one
     # process per core on small machines on the strength of this).
     def one_update(n_workers: int, envs_per_worker: int) -> tuple[dict[str, np.ndarray], list[torch.Tensor]]:
-        config = PPOConfig(n_workers=n_workers, envs_per_worker=envs_per_worker, worker_steps=32, seed=5)
-        seeds = derive_seeds(config.seed, config.n_envs)
-        with PipePool(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
-            trainer = Trainer(config, pool, seeds, torch.device("cpu"))
-            trainer.reset_envs()
-            trainer.step()
-            r = trainer.rollout
-            rollout = {k: getattr(r, k).copy() for k in ("observations", "actions", "log_probs", "rewards", "terminals")}
-            return rollout, [p.detach().clone() for p in trainer.model.parameters()]
+        return train_from_seed(PPOConfig(n_workers=n_workers, envs_per_worker=envs_per_worker, worker_steps=32, seed=5), updates=1)
 
     rollout_a, params_a = one_update(4, 1)
     rollout_b, params_b = one_update(2, 2)
