@@ -37,6 +37,10 @@ def optional_positive(v: Any) -> str | None:
     return None if v is None or v > 0 else "a number > 0, or none"
 
 
+def optional_non_negative(v: Any) -> str | None:
+    return None if v is None or v >= 0 else "a number ≥ 0, or none"
+
+
 def not_empty(v: Any) -> str | None:
     return None if str(v).strip() else "a non-empty string"
 
@@ -62,6 +66,8 @@ class PPOConfig:
     noop_max: int = hp(30, "up to this many random no-op frames after each reset (Mnih et al. 2015)", non_negative)
     fire_on_reset: bool = hp(True, "press FIRE after reset and after each lost life, so the agent cannot learn to stall")
     terminal_on_life_loss: bool = hp(True, "a lost life ends the learner's episode (Mnih et al. 2015); the game goes on")
+    reset_stack_on_life_loss: bool = hp(False, "after a lost life, fill the frame stack with the relaunch frame, as after a reset "
+                                               "(baselines/SB3 zero it); off: the stack keeps the last life's frames")
     clip_rewards: bool = hp(True, "learner's reward = sign(reward), one scale for all games (Mnih et al. 2015)")
     frame_skip: int = hp(4, "emulator frames per agent step, max-pooled over the last two", positive)
     frame_stack: int = hp(4, "processed 84×84 frames stacked into one observation", positive)
@@ -77,6 +83,9 @@ class PPOConfig:
 
     # ---- optimisation ----
     total_env_steps: int = hp(10_000_000, "agent steps (not frames) over the run, as in the PPO paper's 10M", positive)
+    stop_after_env_steps: int | None = hp(None, "end the run once this many agent steps are taken, the schedules still spanning "
+                                                "total_env_steps (a learning curve at a budget); none = run the whole schedule",
+                                          optional_positive, run_option=True)
     updates: int | None = hp(None, "number of updates; default total_env_steps // batch_size", optional_positive)
     epochs: int = hp(4, "passes over each rollout (ppo2 noptepochs)", positive, live=(1, 32))
     minibatches: int = hp(4, "minibatches per epoch; must divide the batch (ppo2 nminibatches)", positive)
@@ -86,7 +95,9 @@ class PPOConfig:
     anneal_learning_rate: bool = hp(True, "decay the learning rate linearly to 0 over the run")
     clip_range: float = hp(0.1, "PPO clip ε at the start (paper: 0.1 × α for Atari)", non_negative, live=(0.0, 1.0))
     anneal_clip_range: bool = hp(True, "decay the clip range linearly to 0 over the run")
-    clip_value_loss: bool = hp(True, "clip the value update to ±clip_range around the old value (ppo2)")
+    clip_value_loss: bool = hp(True, "clip the value update around the old value (ppo2)")
+    value_clip_range: float | None = hp(None, "value clip ε: none = the policy's clip range, annealed with it (ppo2); "
+                                              "a number = fixed, never annealed (CleanRL: 0.1)", optional_non_negative)
     value_coef: float = hp(0.5, "weight of the value loss", non_negative, live=(0.0, 10.0))
     entropy_coef: float = hp(0.01, "weight of the entropy bonus", non_negative, live=(0.0, 1.0))
     max_grad_norm: float = hp(0.5, "clip the global gradient norm to this", positive)
@@ -128,6 +139,13 @@ class PPOConfig:
     @property
     def n_updates(self) -> int:
         return self.updates if self.updates is not None else self.total_env_steps // self.batch_size
+
+    @property
+    def last_update(self) -> int:
+        """The update after which this run ends: n_updates, or earlier with stop_after_env_steps."""
+        if self.stop_after_env_steps is None:
+            return self.n_updates
+        return min(self.n_updates, -(-self.stop_after_env_steps // self.batch_size))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

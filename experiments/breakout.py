@@ -20,6 +20,7 @@ from configs.cli import OneLineParser, config_from_overrides, fail, parse_config
 from configs.live import LiveHyperParams
 from configs.ppo import ConfigError, PPOConfig, config_fields
 from dashboard.client import finish_app_tracking
+from experiments.run.games_csv import GamesCsv
 from game.atari import make_ale_env
 from game.backends import game_specs, make_pool
 from game.pool import PoolError
@@ -104,6 +105,7 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
         else:
             trainer.reset_envs()
         first_update, first_steps = trainer.update, trainer.env_steps
+        games_csv = GamesCsv(run_dir / "games.csv", keep=trainer.games)
 
         def checkpoint() -> Path:
             path = checkpoint_path(run_dir)
@@ -113,8 +115,9 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
         try:
             with stop, experiment.start():
                 tracker.set_global_step(trainer.env_steps)
-                for _ in monit.loop(range(trainer.update, config.n_updates)):
+                for _ in monit.loop(range(trainer.update, config.last_update)):
                     metrics = trainer.step()
+                    games_csv.append(trainer.take_finished_games())
                     if config.eval_video_every and trainer.update % config.eval_video_every == 0:
                         metrics.update(record_training_video(trainer.model, config.to_dict(), run_dir, trainer.update, device))
                     tracker.save(trainer.env_steps, metrics)
@@ -136,6 +139,8 @@ def train(config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str
         except CheckpointError as e:
             error = str(e)
         finally:
+            games_csv.append(trainer.take_finished_games())  # those of an update cut short, too
+            games_csv.close()
             elapsed = time.perf_counter() - started
             existing = checkpoint_path(run_dir)
             summary = {

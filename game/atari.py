@@ -38,6 +38,7 @@ class GameSpec:
     noop_max: int = 30  # up to this many raw no-op frames after each reset
     fire_on_reset: bool = True  # press FIRE after reset and after each lost life
     terminal_on_life_loss: bool = True  # learner sees a life loss as an episode end
+    reset_stack_on_life_loss: bool = False  # after a lost life the stack restarts from the relaunch frame
     clip_rewards: bool = True  # learner's reward is sign(reward)
     frame_skip: int = 4  # raw frames per agent step
     frame_stack: int = 4  # processed frames per observation
@@ -202,6 +203,9 @@ class Game:
             raw_reward += extra
             game_over = self._ale.game_over(with_truncation=False)
             self._lives = self._ale.lives()
+        if life_lost and not game_over and self.spec.reset_stack_on_life_loss:
+            # The learner's episode ended: its next one must not see the last life's frames.
+            self.observation[:-1] = self.observation[-1]
         truncated = not game_over and self._ale.getEpisodeFrameNumber() >= self.spec.max_episode_frames
         terminal = game_over or (life_lost and self.spec.terminal_on_life_loss)
         reward = float(np.sign(raw_reward)) if self.spec.clip_rewards else raw_reward

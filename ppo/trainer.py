@@ -10,7 +10,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -23,6 +23,16 @@ from ppo.losses import clipped_policy_loss, clipped_value_loss, entropy_bonus, e
 from ppo.model import ActorCritic, sample_actions
 from ppo.rollout import Rollout
 from ppo.seeding import Seeds
+
+
+class GameRecord(NamedTuple):
+    """One finished game, as a row of the run's games.csv."""
+
+    env_step: int  # agent steps taken over all envs when it ended
+    update: int  # the update whose rollout it ended in (1-based)
+    score: float  # full game, all lives, unclipped
+    length: int  # agent steps
+    truncated: bool  # ended by the time limit rather than game over
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -63,6 +73,7 @@ class Trainer:
         self.games = 0  # full games finished
         self.scores: deque[float] = deque(maxlen=config.score_window)  # full-game, unclipped
         self.lengths: deque[int] = deque(maxlen=config.score_window)
+        self.finished_games: list[GameRecord] = []  # since the caller last took them (take_finished_games)
         self.worker_restarts = 0  # over the whole run
         self.nonfinite_skipped = 0  # minibatches skipped for a NaN/inf loss (skip_nonfinite)
         self._failures: dict[int, deque[int]] = {}  # worker -> updates at which it failed
@@ -169,7 +180,10 @@ class Trainer:
             truncated = sorted(step.final_observations)
             final = np.stack([step.final_observations[i] for i in truncated])
             rollout.truncation_values[truncated, t] = self._values(final)
+        # The agent steps taken over all envs when these games ended (this step included).
+        env_step = self.env_steps + (t + 1) * self.rollout.n_envs
         for _, game in step.episodes:
+            self.finished_games.append(GameRecord(env_step, self.update + 1, game.score, game.length, game.truncated))
             self.scores.append(game.score)
             self.lengths.append(game.length)
             self.games += 1
@@ -235,6 +249,13 @@ class Trainer:
         metrics["epochs_done"] = epochs_done
         return metrics
 
+    def _value_clip_range(self, policy_clip_range: float) -> float | None:
+        # Tied to the annealed policy clip (ppo2), the value clip shrinks to 0 late in a run and
+        # freezes the critic; a fixed `value_clip_range` keeps the critic learning to the end.
+        if not self.config.clip_value_loss:
+            return None
+        return policy_clip_range if self.config.value_clip_range is None else self.config.value_clip_range
+
     def _minibatch_step(self, mb: dict[str, torch.Tensor], clip_range: float, hp: dict[str, Any]) -> dict[str, float] | None:
         logits, values = self.model(mb["observations"])
         log_probs = torch.log_softmax(logits, -1).gather(-1, mb["actions"].unsqueeze(-1)).squeeze(-1)
@@ -242,7 +263,7 @@ class Trainer:
         if self.config.normalize_advantages and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         policy = clipped_policy_loss(log_probs, mb["log_probs"], advantages, clip_range)
-        value_loss = clipped_value_loss(values, mb["values"], mb["returns"], clip_range if self.config.clip_value_loss else None)
+        value_loss = clipped_value_loss(values, mb["values"], mb["returns"], self._value_clip_range(clip_range))
         entropy = entropy_bonus(logits)
         loss = policy.loss + hp["value_coef"] * value_loss - hp["entropy_coef"] * entropy
         self.optimizer.zero_grad(set_to_none=True)
@@ -279,6 +300,11 @@ class Trainer:
             metrics["score_mean_100"] = float(np.mean(self.scores))
             metrics["game_length_mean_100"] = float(np.mean(self.lengths))
         return metrics
+
+    def take_finished_games(self) -> list[GameRecord]:
+        """The games finished since the last call, oldest first (for the run's games.csv)."""
+        games, self.finished_games = self.finished_games, []
+        return games
 
     def score_mean(self) -> float | None:
         return float(np.mean(self.scores)) if self.scores else None

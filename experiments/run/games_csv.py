@@ -1,0 +1,88 @@
+"""`games.csv`: every finished game of a run, one row each, written as it happens.
+
+Anyone can plot a run from this file alone (`python -m experiments.curves --runs DIR`). It stays
+consistent across `--resume`: a resumed run continues from its last checkpoint, so the rows of
+games that ended after that checkpoint are dropped first — the resumed run plays exactly those
+games again (resumes are exact) and writes them anew. No duplicates, no gaps.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import NamedTuple
+
+from ppo.files import atomic_write
+
+COLUMNS = ("env_step", "update", "score", "length", "truncated")
+
+
+class GameRow(NamedTuple):
+    env_step: int
+    update: int
+    score: float
+    length: int
+    truncated: bool
+
+
+def read_games(path: Path) -> list[GameRow]:
+    """The rows of a games.csv; `ValueError` naming the file and line when one is malformed."""
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None or tuple(header) != COLUMNS:
+            raise ValueError(f"{path}: expected the header {','.join(COLUMNS)}, got {header}")
+        rows = []
+        for line, row in enumerate(reader, start=2):
+            try:
+                env_step, update, score, length, truncated = row
+                rows.append(GameRow(int(env_step), int(update), float(score), int(length), _boolean(truncated)))
+            except ValueError as e:
+                raise ValueError(f"{path}:{line}: {row} is not a row of {','.join(COLUMNS)} ({e})") from None
+    return rows
+
+
+def _boolean(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(f"truncated must be 0 or 1, got {text!r}")
+    return text == "1"
+
+
+def _cells(game: tuple[int, int, float, int, bool]) -> tuple[int, int, str, int, int]:
+    env_step, update, score, length, truncated = game
+    return env_step, update, f"{score:g}", length, int(truncated)
+
+
+class GamesCsv:
+    """Appends finished games to `path`, flushed after every batch so a crash loses none.
+
+    `keep` is how many games the run had finished at the checkpoint it starts from (0 for a new
+    run): rows past it are from games that will be played again, and are removed.
+    """
+
+    def __init__(self, path: Path, keep: int) -> None:
+        rows = read_games(path)[:keep] if path.exists() else []
+        # Rewritten whole and renamed into place: a crash here leaves the old file, never half.
+        text = io.StringIO()
+        writer = csv.writer(text)
+        writer.writerow(COLUMNS)
+        writer.writerows(_cells(row) for row in rows)
+        atomic_write(path, text.getvalue().encode())
+        self._file = path.open("a", newline="")
+        self._writer = csv.writer(self._file)
+
+    def append(self, games: Iterable[tuple[int, int, float, int, bool]]) -> None:
+        self._writer.writerows(_cells(game) for game in games)
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> GamesCsv:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        self.close()
