@@ -18,10 +18,14 @@ setup(
         "numpy>=1.24",
         "labml>=0.5.3,<0.6",
         "labml-app>=0.5.14,<0.6",
+        # Learning-curve plots (experiments.curves).
+        "matplotlib>=3.7",
     ],
     extras_require={
         "dev": ["pytest>=8", "hypothesis>=6", "ruff>=0.5"],
         # Env workers as Ray actors and sweeps on a cluster (--backend ray, experiments.sweep).
         "ray": ["ray>=2.9"],
+        # The peer in learning curves: SB3's PPO with the rl-zoo Atari settings (experiments.curves --peer sb3).
+        "compare": ["stable-baselines3>=2.3"],
     },
 )

@@ -1,0 +1,217 @@
+"""Learning curves over seeds: `python -m experiments.curves --help`.
+
+Either runs the project (and, with `--peer sb3`, Stable-Baselines3's PPO with the rl-zoo Atari
+settings) for several seeds at one budget and schedule, or reads run folders that exist already;
+then writes, into `--out`:
+
+* `curves.csv`: label, env_step, mean / min / max / std of the score over seeds, seeds counted;
+* `curves.png`: mean (line) and min–max over seeds (band) against agent steps, one colour per label;
+* `table.md`: the score at fixed budgets, mean ± std over seeds and each seed's value.
+
+A run's score at step x is the mean full-game score (all lives, unclipped) of its last
+`--window` games that ended by step x, read from the run's `games.csv` — the number the
+trainer reports as `score_mean_100`, at any step, for any run, the peer's included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from configs.cli import OneLineParser, fail
+from experiments.run.games_csv import GameRow, read_games
+
+DEFAULT_BUDGETS = (100_000, 250_000, 500_000, 1_000_000)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One label's runs on a common grid of agent steps: scores[seed, step] (NaN before a first game)."""
+
+    label: str
+    runs: tuple[str, ...]
+    steps: np.ndarray
+    scores: np.ndarray
+
+
+def score_at(games: Sequence[GameRow], steps: np.ndarray, window: int) -> np.ndarray:
+    """The mean score of the last `window` games ended by each step (NaN before the first)."""
+    ended = np.array([g.env_step for g in games], dtype=np.int64)
+    scores = np.array([g.score for g in games], dtype=np.float64)
+    order = np.argsort(ended, kind="stable")
+    ended, scores = ended[order], scores[order]
+    sums = np.concatenate([[0.0], np.cumsum(scores)])
+    count = np.searchsorted(ended, steps, side="right")  # games ended by each step
+    first = np.maximum(count - window, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, (sums[count] - sums[first]) / (count - first), np.nan)
+
+
+def build_curve(label: str, run_dirs: Sequence[Path], steps: np.ndarray, window: int) -> Curve:
+    scores = np.stack([score_at(read_games(d / "games.csv"), steps, window) for d in run_dirs])
+    return Curve(label, tuple(str(d) for d in run_dirs), steps, scores)
+
+
+def run_span(run_dirs: Sequence[Path]) -> int:
+    """The fewest agent steps any of the runs took: its summary.json's `env_steps`, or where there
+    is none (a run still going, a crashed one), the end of its last game."""
+    def steps(run_dir: Path) -> int:
+        try:
+            return int(json.loads((run_dir / "summary.json").read_text())["env_steps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return max((g.env_step for g in read_games(run_dir / "games.csv")), default=0)
+    return min(steps(d) for d in run_dirs)
+
+
+def write_csv(curves: Sequence[Curve], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(("label", "env_step", "mean", "min", "max", "std", "seeds"))
+        for c in curves:
+            for i, step in enumerate(c.steps):
+                column = c.scores[:, i]
+                present = column[~np.isnan(column)]
+                if present.size:
+                    out.writerow((c.label, int(step), f"{present.mean():.3f}", f"{present.min():.3f}", f"{present.max():.3f}",
+                                  f"{present.std():.3f}", present.size))
+
+
+def table(curves: Sequence[Curve], budgets: Sequence[int]) -> str:
+    """Markdown: one row per budget reached, one column per label (mean ± std, then each seed)."""
+    lines = ["| agent steps | " + " | ".join(c.label for c in curves) + " |", "|---" * (len(curves) + 1) + "|"]
+    for budget in budgets:
+        cells = []
+        for c in curves:
+            i = int(np.searchsorted(c.steps, budget))
+            if i >= len(c.steps) or c.steps[i] != budget:
+                cells.append("–")
+                continue
+            column = c.scores[:, i]
+            seeds = " / ".join("–" if math.isnan(v) else f"{v:.1f}" for v in column)
+            present = column[~np.isnan(column)]
+            cells.append(f"**{present.mean():.1f}** ± {present.std():.1f} ({seeds})" if present.size else "–")
+        lines.append(f"| {budget:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(curves: Sequence[Curve], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 5), dpi=100)
+    for c in curves:
+        with warnings.catch_warnings():  # a step where no seed has finished a game yet is simply not drawn
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean, low, high = np.nanmean(c.scores, 0), np.nanmin(c.scores, 0), np.nanmax(c.scores, 0)
+        line, = axes.plot(c.steps, mean, label=f"{c.label} (mean of {len(c.runs)} seeds)")
+        axes.fill_between(c.steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    axes.set_xlabel("agent steps")
+    axes.set_ylabel(f"full-game score, mean of last {title}")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+# ---- running seeds ----------------------------------------------------------------------------
+
+def train_seed(side: str, seed: int, args: argparse.Namespace, extra: Sequence[str]) -> Path:
+    """Run one seed of the project or the peer to the budget; returns its run folder."""
+    out = Path(args.out) / "runs" / side / f"seed{seed}"
+    if side == "project":
+        command = [sys.executable, "-m", "experiments.breakout", "--seed", str(seed), "--total-env-steps", str(args.total_env_steps),
+                   "--stop-after-env-steps", str(args.budget), "--data-dir", str(out), "--name", "project", *extra]
+    else:
+        command = [sys.executable, "-m", "experiments.peer_sb3", "--seed", str(seed), "--total-env-steps", str(args.total_env_steps),
+                   "--stop-after-env-steps", str(args.budget), "--run-dir", str(out)]
+    print(f"curves: {side} seed {seed}: {' '.join(command[1:])}", flush=True)
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        fail(f"{side} seed {seed} exited with {done.returncode}: {last}")
+    found = sorted(out.rglob("games.csv"))
+    if not found:
+        fail(f"{side} seed {seed} wrote no games.csv under {out}")
+    return found[-1].parent
+
+
+def parse_runs(specs: Sequence[str]) -> dict[str, list[Path]]:
+    """`LABEL=DIR_OR_GLOB` → label's run folders (each holding a games.csv)."""
+    groups: dict[str, list[Path]] = {}
+    for spec in specs:
+        label, sep, pattern = spec.partition("=")
+        if not sep or not label or not pattern:
+            fail(f"--runs {spec}: expected LABEL=DIR (a run folder, or a glob of them, each holding games.csv)")
+        matches = sorted({Path(p).parent for p in glob.glob(os.path.join(pattern, "**", "games.csv"), recursive=True)})
+        if not matches:
+            fail(f"--runs {spec}: expected run folders holding games.csv; none found under {pattern}")
+        groups.setdefault(label, []).extend(matches)
+    return groups
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m experiments.curves", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", action="append", default=[], metavar="LABEL=DIR",
+                        help="read existing runs instead of training: every games.csv under DIR is one seed of LABEL (repeatable)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], metavar="INT", help="seeds to train (default: 1 2 3)")
+    parser.add_argument("--total-env-steps", type=int, default=1_000_000, metavar="INT", help="the schedule's length (default: 1000000)")
+    parser.add_argument("--budget", type=int, default=500_000, metavar="INT", help="agent steps each seed is trained for (default: 500000)")
+    parser.add_argument("--peer", choices=["none", "sb3"], default="none", help="also train SB3 PPO, rl-zoo Atari settings (pip install -e .[compare])")
+    parser.add_argument("--window", type=int, default=100, metavar="INT", help="games averaged for a score (default: 100)")
+    parser.add_argument("--grid", type=int, default=10_000, metavar="INT", help="agent steps between curve points (default: 10000)")
+    parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS), metavar="INT", help="rows of the table")
+    parser.add_argument("--out", default="curves", metavar="DIR", help="where curves.csv, curves.png, table.md (and trained runs) go")
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.runs:
+        fail(f"{extra[0]}: training options are only taken when training, not with --runs")
+    for name in ("total_env_steps", "budget", "window", "grid"):
+        if getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)}: expected an integer > 0")
+    if args.budget > args.total_env_steps:
+        fail(f"--budget {args.budget}: expected at most --total-env-steps {args.total_env_steps}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    if args.runs:
+        groups = parse_runs(args.runs)
+    else:
+        if args.peer == "sb3":
+            from experiments.peer_sb3 import sb3_installed
+
+            if not sb3_installed():
+                fail('--peer sb3: expected stable-baselines3 installed (pip install -e ".[compare]")')
+        groups = {"project": [train_seed("project", s, args, extra) for s in args.seeds]}
+        if args.peer == "sb3":
+            groups["SB3 PPO (rl-zoo)"] = [train_seed("sb3", s, args, []) for s in args.seeds]
+
+    span = min(run_span(dirs) for dirs in groups.values())
+    steps = np.unique(np.concatenate([np.arange(args.grid, span + 1, args.grid), [b for b in args.budgets if b <= span]])).astype(np.int64)
+    if steps.size == 0:
+        fail(f"the runs reached {span} agent steps, less than one --grid step ({args.grid})")
+    curves = [build_curve(label, dirs, steps, args.window) for label, dirs in groups.items()]
+    write_csv(curves, out / "curves.csv")
+    plot(curves, out / "curves.png", f"{args.window} games")
+    markdown = table(curves, args.budgets)
+    (out / "table.md").write_text(markdown)
+    print(markdown, end="")
+    print(f"curves: wrote {out / 'curves.csv'}, {out / 'curves.png'}, {out / 'table.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The peer for learning curves: Stable-Baselines3's PPO with the rl-baselines3-zoo Atari settings.
+
+`python -m experiments.peer_sb3 --seed 1 --run-dir DIR` trains it on `BreakoutNoFrameskip-v4` and
+writes DIR/games.csv in this project's format, so `experiments.curves` reads both sides alike.
+Needs the `compare` extra: `pip install -e ".[compare]"`.
+
+The settings are rl-zoo's `hyperparams/ppo.yml` entry `atari`: 8 envs, AtariWrapper (no-op
+reset, frame skip 4 with max-pool, episodic life, FIRE reset, 84×84 grayscale, reward sign),
+frame stack 4, n_steps 128, 4 epochs, batch 256, learning rate 2.5e-4 and clip range 0.1 both
+annealed linearly to 0, vf_coef 0.5, ent_coef 0.01. The score is the full game: SB3's Monitor
+sits inside the episodic-life wrapper, so it sees whole games, unclipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from configs.cli import OneLineParser, fail
+from experiments.run.games_csv import GamesCsv
+
+ENV_ID = "BreakoutNoFrameskip-v4"
+ZOO_ATARI = {"n_steps": 128, "n_epochs": 4, "batch_size": 256, "vf_coef": 0.5, "ent_coef": 0.01}
+ZOO_N_ENVS = 8
+ZOO_LEARNING_RATE = 2.5e-4  # lin_2.5e-4
+ZOO_CLIP_RANGE = 0.1  # lin_0.1
+
+
+def sb3_installed() -> bool:
+    return importlib.util.find_spec("stable_baselines3") is not None
+
+
+def linear(start: float) -> Any:
+    # SB3 calls schedules with the progress remaining, 1 → 0 over learn()'s total_timesteps.
+    return lambda progress_remaining: progress_remaining * start
+
+
+def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> int:
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+
+    class RecordGames(BaseCallback):
+        """Each finished game into games.csv; stops learn() at the budget, not the schedule's end."""
+
+        def __init__(self, games: GamesCsv) -> None:
+            super().__init__()
+            self.games = games
+            self.update = 1
+
+        def _on_rollout_end(self) -> None:
+            self.update += 1
+
+        def _on_step(self) -> bool:
+            rows = [(self.num_timesteps, self.update, float(info["episode"]["r"]), int(info["episode"]["l"]) // 4,
+                     bool(info.get("TimeLimit.truncated", False)))
+                    for info in self.locals["infos"] if "episode" in info]
+            if rows:
+                self.games.append(rows)
+            return self.num_timesteps < stop_after
+
+    env = VecFrameStack(make_atari_env(ENV_ID, n_envs=ZOO_N_ENVS, seed=seed), n_stack=4)
+    model = PPO("CnnPolicy", env, learning_rate=linear(ZOO_LEARNING_RATE), clip_range=linear(ZOO_CLIP_RANGE),
+                seed=seed, verbose=0, **ZOO_ATARI)
+    with GamesCsv(run_dir / "games.csv", keep=0) as games:
+        model.learn(total_timesteps=total_env_steps, callback=RecordGames(games))
+    env.close()
+    (run_dir / "summary.json").write_text(json.dumps({"seed": seed, "env_steps": model.num_timesteps, "total_env_steps": total_env_steps}) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m experiments.peer_sb3", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--seed", type=int, default=1, metavar="INT")
+    parser.add_argument("--total-env-steps", type=int, default=1_000_000, metavar="INT", help="the schedule's length")
+    parser.add_argument("--stop-after-env-steps", type=int, default=None, metavar="INT", help="end at this budget (default: the schedule's end)")
+    parser.add_argument("--run-dir", required=True, metavar="DIR", help="where games.csv goes")
+    args: argparse.Namespace = parser.parse_args(argv)
+    if not sb3_installed():
+        fail('stable-baselines3 is not installed: pip install -e ".[compare]"')
+    if args.total_env_steps <= 0:
+        fail(f"--total-env-steps {args.total_env_steps}: expected an integer > 0")
+    stop_after = args.total_env_steps if args.stop_after_env_steps is None else args.stop_after_env_steps
+    return train(args.seed, args.total_env_steps, stop_after, Path(args.run_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

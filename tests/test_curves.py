@@ -1,0 +1,137 @@
+"""Per-game records (games.csv) and the learning-curve command, through the real CLI."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.curves import score_at
+from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
+
+TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "128", "--minibatches", "2", "--epochs", "1"]
+
+
+def summary_of(stdout: str) -> dict:
+    return json.loads(Path(stdout.strip().splitlines()[-1]).read_text())
+
+
+def test_score_at_is_the_mean_of_the_last_window_games_ended_by_each_step() -> None:
+    games = [GameRow(10, 1, 1.0, 5, False), GameRow(30, 2, 6.0, 5, False), GameRow(20, 1, 2.0, 5, False)]
+    scores = score_at(games, np.array([5, 10, 25, 30, 99]), window=2)
+    # by 5 no game ended; by 10 only [1]; by 25 [1, 2]; by 30 and later the last two, [2, 6].
+    assert math.isnan(scores[0])
+    assert scores[1:].tolist() == [1.0, 1.5, 4.0, 4.0]
+
+
+def test_games_csv_keeps_only_the_checkpoints_games_and_appends(tmp_path: Path) -> None:
+    path = tmp_path / "games.csv"
+    with GamesCsv(path, keep=0) as games:
+        games.append([(100, 1, 3.0, 50, False), (180, 2, 1.5, 70, True), (260, 3, 7.0, 90, False)])
+    assert path.read_text().splitlines() == [",".join(COLUMNS), "100,1,3,50,0", "180,2,1.5,70,1", "260,3,7,90,0"]
+    # A resume from a checkpoint taken after 2 games: the third is played again, so it goes.
+    with GamesCsv(path, keep=2) as games:
+        games.append([(250, 3, 7.0, 90, False)])
+    assert read_games(path) == [GameRow(100, 1, 3.0, 50, False), GameRow(180, 2, 1.5, 70, True), GameRow(250, 3, 7.0, 90, False)]
+
+
+def test_a_malformed_games_csv_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "games.csv"
+    path.write_text(",".join(COLUMNS) + "\n100,1,3,50,0\n100,1,three,50,0\n")
+    with pytest.raises(ValueError, match=r"games.csv:3: .*three"):
+        read_games(path)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_writes_the_same_games_csv_as_an_uninterrupted_one(cli, tmp_path: Path) -> None:
+    whole = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "2048", "--data-dir", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    first = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "2048", "--stop-after-env-steps", "1024",
+                    "--data-dir", str(tmp_path / "parts"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    part = summary_of(first.stdout)
+    assert part["updates"] == 4 and part["env_steps"] == 1024
+    rest = cli.run("experiments.breakout", "--resume", part["run_uuid"], "--stop-after-env-steps", "none", "--data-dir", str(tmp_path / "parts"))
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assert summary_of(rest.stdout)["updates"] == 8
+
+    expected = read_games(Path(summary_of(whole.stdout)["run_dir"]) / "games.csv")
+    resumed = read_games(Path(part["run_dir"]) / "games.csv")
+    assert len(expected) == summary_of(whole.stdout)["games"] > 0
+    assert resumed == expected  # exact resume: no duplicate, no gap, same rows
+    assert [g.env_step for g in expected] == sorted(g.env_step for g in expected)
+    assert cli.leftovers() == []
+
+
+@pytest.mark.slow
+def test_curves_trains_seeds_and_draws_them(cli, tmp_path: Path) -> None:
+    out = tmp_path / "curves"
+    result = cli.run("experiments.curves", "--seeds", "1", "2", "--total-env-steps", "1024", "--budget", "768", "--grid", "128",
+                     "--window", "5", "--budgets", "512", "768", "--out", str(out), *TINY_RUN)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = list(csv.DictReader((out / "curves.csv").open()))
+    assert {r["label"] for r in rows} == {"project"}
+    assert [int(r["env_step"]) for r in rows] == sorted(int(r["env_step"]) for r in rows)
+    assert all(float(r["min"]) <= float(r["mean"]) <= float(r["max"]) for r in rows)
+    assert max(int(r["seeds"]) for r in rows) == 2 and int(rows[-1]["env_step"]) == 768
+    table = (out / "table.md").read_text()
+    assert "| 512 |" in table and "| 768 |" in table and result.stdout.startswith("curves: project seed 1")
+    assert_plot_drawn(out / "curves.png")
+    assert cli.leftovers() == []
+
+
+def assert_plot_drawn(path: Path) -> None:
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(path)[..., :3]
+    assert pixels.shape[0] > 300 and pixels.shape[1] > 500
+    # matplotlib's first line colour (tab:blue, #1f77b4) must be there: the curve, not just axes.
+    blue = np.abs(pixels - np.array([0x1F, 0x77, 0xB4]) / 255).max(-1) < 0.02
+    assert blue.sum() > 100
+
+
+def test_curves_reads_existing_runs(cli, tmp_path: Path) -> None:
+    for seed, scores in ((1, [1.0, 3.0, 5.0]), (2, [2.0, 4.0, 6.0])):
+        run = tmp_path / "runs" / f"seed{seed}"
+        with GamesCsv(run / "games.csv", keep=0) as games:
+            games.append([(100 * (i + 1), i + 1, s, 10, False) for i, s in enumerate(scores)])
+        (run / "summary.json").write_text(json.dumps({"env_steps": 300}))
+    result = cli.run("experiments.curves", "--runs", f"mine={tmp_path / 'runs'}", "--grid", "100", "--window", "2",
+                     "--budgets", "200", "300", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = list(csv.DictReader((tmp_path / "out" / "curves.csv").open()))
+    # at 200: seed 1 mean(1, 3) = 2, seed 2 mean(2, 4) = 3 → mean 2.5, min 2, max 3; at 300: 4 and 5.
+    assert [(r["env_step"], r["mean"], r["min"], r["max"]) for r in rows] == [
+        ("100", "1.500", "1.000", "2.000"), ("200", "2.500", "2.000", "3.000"), ("300", "4.500", "4.000", "5.000")]
+    assert "| 300 | **4.5** ± 0.5 (4.0 / 5.0) |" in (tmp_path / "out" / "table.md").read_text()
+    assert_plot_drawn(tmp_path / "out" / "curves.png")
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--runs", "nolabel"], "error: --runs nolabel: expected LABEL=DIR"),
+    (["--runs", "x=/nonexistent/dir"], "error: --runs x=/nonexistent/dir: expected run folders holding games.csv"),
+    (["--budget", "2000", "--total-env-steps", "1000"], "error: --budget 2000: expected at most --total-env-steps 1000"),
+])
+def test_curves_bad_input_is_one_line_and_exit_2(cli, args: list[str], expected: str, tmp_path: Path) -> None:
+    result = cli.run("experiments.curves", *args, "--out", str(tmp_path / "out"))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(expected), result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason='the peer needs pip install -e ".[compare]"')
+def test_the_sb3_peer_writes_full_game_records(cli, tmp_path: Path) -> None:
+    result = cli.run("experiments.peer_sb3", "--seed", "1", "--total-env-steps", "2048", "--stop-after-env-steps", "1024",
+                     "--run-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    games = read_games(tmp_path / "games.csv")
+    assert games and all(g.env_step <= 1024 + 8 for g in games)
+    # Full games: a random policy's whole game lasts well over one life (5 lives in Breakout).
+    assert np.mean([g.length for g in games]) > 100
+    assert json.loads((tmp_path / "summary.json").read_text())["env_steps"] >= 1024
+    assert cli.leftovers() == []
