@@ -22,9 +22,9 @@ from typing import Any, NoReturn
 import torch
 
 from configs.cli import OneLineParser, fail
+from experiments.run.folders import checkpoint_path, find_run
 from ppo.checkpoint import CheckpointError, load_checkpoint
 from ppo.evaluation import DEFAULT_GREEDY_EPSILON, evaluation_spec, model_from_checkpoint, play_games, summarize
-from ppo.runs import checkpoint_path, find_run
 
 _UUID = re.compile(r"^[0-9a-f]{32}$")
 

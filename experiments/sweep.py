@@ -2,7 +2,7 @@
 
 A grid (`--grid learning_rate=1e-4,2.5e-4`) and/or random search (`--random
 entropy_coef=loguniform:1e-3:1e-1 --samples 8`), from the command line or a YAML file
-(`--config sweep.yaml`). Every trial is a full labml run (`experiments.breakout.train`, with
+(`--config sweep.yaml`). Every trial is a full labml run (`experiments.run.lifecycle.TrainingRun`, with
 `--dashboard URL` passed through, so each trial shows in the dashboard) executed as one Ray task
 reserving `--cpus-per-trial` CPUs, so trials spread over the cluster's nodes. Each trial runs its
 own `--workers-per-trial` env workers (local processes next to its trainer, or Ray actors with
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-import json
 import logging
 import math
 import os
@@ -176,18 +175,16 @@ def search_space(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any]]
 def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     """A full labml run with `overrides`, as the `uuid` run; resumes it if a checkpoint exists
     (Ray re-ran this trial after its node or process was lost). Returns the run's summary."""
-    from experiments.breakout import resume_config, train
-    from ppo.runs import checkpoint_path, find_run
+    from experiments.run.folders import checkpoint_path, find_run
+    from experiments.run.lifecycle import TrainingRun, resume_config
 
     config = config_from_overrides(overrides)
     resume = None
     run_dir = find_run(Path(config.data_dir), run_uuid)
     if run_dir is not None and checkpoint_path(run_dir).exists():
         config, resume = resume_config(Path(config.data_dir), run_uuid, overrides)
-    summary_path, exit_code = train(config, resume, run_uuid=run_uuid)
-    summary = json.loads(summary_path.read_text())
-    summary.update(exit_code=exit_code, host=os.uname().nodename, resumed=resume is not None)
-    return summary
+    result = TrainingRun(config, resume, run_uuid=run_uuid).run()
+    return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": resume is not None}
 
 
 # ---- the driver -----------------------------------------------------------------------------------
