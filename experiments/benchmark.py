@@ -42,6 +42,7 @@ from experiments import process_table
 from game.atari import gym_id
 from game.backends import game_specs, make_pool
 from game.pool import EnvPool
+from ppo.losses import ppo_loss
 from ppo.model import ActorCritic
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer, resolve_device
@@ -225,7 +226,7 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
 
         def whole_update() -> None:
             trainer.update = 0  # keep the schedule at its first update (no annealing to 0 or below)
-            trainer.step()
+            trainer.iteration()
 
         for _ in range(warmup_updates):
             whole_update()
@@ -237,14 +238,6 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
         out["loop_updates_timed"] = loop["calls"]
         out.update(worker_memory(pool, config.backend))  # while the workers are still alive
     return out
-
-
-def _ppo_like_loss(model: nn.Module, x: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits, values = model(x)
-    log_probs = torch.log_softmax(logits, -1)
-    chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
-    return -(chosen * targets).mean() + 0.5 * (values - targets).pow(2).mean() - 0.01 * entropy
 
 
 def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, frames: np.ndarray,
@@ -259,6 +252,8 @@ def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, fram
     x = x.to(device).contiguous(memory_format=memory_format)
     actions = torch.randint(0, n_actions, (mb,), generator=generator).to(device)
     targets = torch.randn(mb, generator=generator).to(device)
+    old_log_probs = torch.full((mb,), -math.log(n_actions), device=device)  # a uniform sampling policy
+    old_values = torch.zeros(mb, device=device)
 
     def infer() -> None:
         observations = torch.from_numpy(frames).to(device).contiguous(memory_format=memory_format)
@@ -267,9 +262,12 @@ def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, fram
         logits.cpu(), values.cpu()  # a rollout step needs them on the host
 
     def train() -> None:
-        loss = _ppo_like_loss(model, x, actions, targets)
+        logits, values = model(x)  # the trainer's own loss, on random targets
+        loss = ppo_loss(logits, values, actions, old_log_probs, old_values, targets, targets, clip_range=config.clip_range,
+                        value_clip_range=config.clip_range, value_coef=config.value_coef, entropy_coef=config.entropy_coef,
+                        normalize_advantages=True)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.total.backward()
         nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
 

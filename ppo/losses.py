@@ -78,3 +78,26 @@ def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> floa
     if variance == 0:
         return float("nan")
     return float(1.0 - (targets - predictions).var() / variance)
+
+
+class PPOLoss(NamedTuple):
+    total: torch.Tensor  # what is minimised: policy + value_coef × value − entropy_coef × entropy
+    policy: PolicyLoss
+    value: torch.Tensor
+    entropy: torch.Tensor
+
+
+def ppo_loss(
+    logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, old_log_probs: torch.Tensor, old_values: torch.Tensor,
+    advantages: torch.Tensor, returns: torch.Tensor, *, clip_range: float, value_clip_range: float | None,
+    value_coef: float, entropy_coef: float, normalize_advantages: bool,
+) -> PPOLoss:
+    """The whole PPO objective on one minibatch, from the network's outputs."""
+    log_probs = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    if normalize_advantages and advantages.numel() > 1:
+        # Per minibatch, as ppo2 does: the step size stops depending on the reward scale.
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    policy = clipped_policy_loss(log_probs, old_log_probs, advantages, clip_range)
+    value = clipped_value_loss(values, old_values, returns, value_clip_range)
+    entropy = entropy_bonus(logits)
+    return PPOLoss(policy.loss + value_coef * value - entropy_coef * entropy, policy, value, entropy)

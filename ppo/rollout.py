@@ -1,11 +1,31 @@
-"""Preallocated storage for one rollout, laid out (envs, steps) as GAE wants it."""
+"""Preallocated storage for one rollout, laid out (envs, steps) as GAE wants it, and the flat
+batch the optimiser reads from it."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from ppo.gae import compute_gae
+
+
+class Batch(NamedTuple):
+    """Transitions as (B, …) tensors; the whole rollout, or one minibatch of it."""
+
+    observations: torch.Tensor  # uint8 (B, frame_stack, 84, 84)
+    actions: torch.Tensor  # int64 (B,)
+    log_probs: torch.Tensor  # log π_old(a|s), the sampling policy's
+    values: torch.Tensor  # V_old(s), the critic's estimate while sampling
+    advantages: torch.Tensor  # GAE(γ, λ)
+    returns: torch.Tensor  # advantages + values: the critic's target
+
+    def minibatches(self, order: torch.Tensor, size: int) -> Iterator[Batch]:
+        """Consecutive slices of `order` (a permutation), each gathered into a minibatch."""
+        for indices in order.split(size):
+            yield Batch(*(field[indices] for field in self))
 
 
 class Rollout:
@@ -33,22 +53,18 @@ class Rollout:
     def size(self) -> int:
         return self.n_envs * self.n_steps
 
-    def compute_advantages(self, gamma: float, gae_lambda: float) -> None:
+    def batch(self, gamma: float, gae_lambda: float, device: torch.device, channels_last: bool) -> Batch:
+        """GAE over the rollout, then the whole of it as one flat batch on `device` (moved once per
+        update; with `channels_last` the frames are laid out NHWC once, and minibatch gathers keep it)."""
         self.advantages[:], self.returns[:] = compute_gae(
             self.rewards, self.values, self.terminals, self.truncations, self.truncation_values,
             self.last_values, gamma, gae_lambda,
         )
 
-    def flat_batch(self, device: torch.device) -> dict[str, torch.Tensor]:
-        """The whole rollout as (B, …) tensors on `device`, moved once per update."""
         def flat(array: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(array.reshape(self.size, *array.shape[2:])).to(device, non_blocking=True)
 
-        return {
-            "observations": flat(self.observations),
-            "actions": flat(self.actions),
-            "log_probs": flat(self.log_probs),
-            "values": flat(self.values),
-            "advantages": flat(self.advantages),
-            "returns": flat(self.returns),
-        }
+        observations = flat(self.observations)
+        if channels_last:
+            observations = observations.contiguous(memory_format=torch.channels_last)
+        return Batch(observations, flat(self.actions), flat(self.log_probs), flat(self.values), flat(self.advantages), flat(self.returns))

@@ -5,11 +5,13 @@ Framework-free: labml bookkeeping lives in `experiments/`, so this is testable o
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,10 +21,11 @@ from torch import nn
 from configs.ppo import PPOConfig, live_ranges
 from game.pool import EnvPool, PoolError, StepBatch
 from ppo.checkpoint import CheckpointError
-from ppo.losses import clipped_policy_loss, clipped_value_loss, entropy_bonus, explained_variance
+from ppo.losses import explained_variance, ppo_loss
 from ppo.model import ActorCritic, sample_actions
-from ppo.rollout import Rollout
+from ppo.rollout import Batch, Rollout
 from ppo.seeding import Seeds
+from ppo.threads import torch_threads
 
 
 class GameRecord(NamedTuple):
@@ -33,6 +36,21 @@ class GameRecord(NamedTuple):
     score: float  # full game, all lives, unclipped
     length: int  # agent steps
     truncated: bool  # ended by the time limit rather than game over
+
+
+@dataclass(frozen=True)
+class IterationSettings:
+    """The hyperparameters one iteration uses: live values read once, annealing applied."""
+
+    learning_rate: float
+    clip_range: float  # policy ratio clip ε
+    value_clip_range: float | None  # None: the value loss is not clipped
+    value_coef: float
+    entropy_coef: float
+    epochs: int
+
+
+MINIBATCH_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -60,9 +78,9 @@ class Trainer:
         # Set before initialising: orthogonal init runs a QR whose last bits depend on the thread
         # count, and the same seed must give the same model whatever ran in this process before.
         self.train_threads = config.torch_threads or os.cpu_count() or 1
-        torch.set_num_threads(self.train_threads)
-        torch.manual_seed(seeds.torch_seed)
-        self.model = ActorCritic(pool.n_actions, config.frame_stack, config.channels_last).to(device)
+        with torch_threads(self.train_threads):
+            torch.manual_seed(seeds.torch_seed)
+            self.model = ActorCritic(pool.n_actions, config.frame_stack, config.channels_last).to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
         self.sample_generator = torch.Generator(device=device)
         self.sample_generator.manual_seed(seeds.torch_seed)
@@ -188,111 +206,20 @@ class Trainer:
             self.lengths.append(game.length)
             self.games += 1
 
-    # -- optimisation ---------------------------------------------------------------------------
+    # -- one iteration -------------------------------------------------------------------------
 
-    def schedule(self) -> dict[str, Any]:
-        """This update's hyperparameters: live values, with the annealed ones decayed linearly."""
-        live = self.live_values()
-        remaining = 1.0 - self.update / self.config.n_updates
-        return {
-            "learning_rate": live["learning_rate"] * (remaining if self.config.anneal_learning_rate else 1.0),
-            "clip_range": live["clip_range"] * (remaining if self.config.anneal_clip_range else 1.0),
-            "entropy_coef": live["entropy_coef"],
-            "value_coef": live["value_coef"],
-            "epochs": int(live["epochs"]),
-        }
-
-    def optimize(self, hp: dict[str, Any]) -> dict[str, float]:
-        """All epochs on the rollout. If anything goes NaN/inf the model and optimizer are put
-        back exactly as they were before this update, then `NonFiniteLoss` is raised."""
-        model_before = {k: v.clone() for k, v in self.model.state_dict().items()}
-        optimizer_before = copy.deepcopy(self.optimizer.state_dict())
-        try:
-            metrics = self._optimize(hp)
-            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
-                raise NonFiniteLoss("parameters became NaN/inf; update not applied")
-            return metrics
-        except NonFiniteLoss:
-            self.model.load_state_dict(model_before)
-            self.optimizer.load_state_dict(optimizer_before)
-            raise
-
-    def _optimize(self, hp: dict[str, Any]) -> dict[str, float]:
-        cfg = self.config
-        torch.set_num_threads(self.train_threads)
-        self.rollout.compute_advantages(cfg.gamma, cfg.gae_lambda)
-        batch = self.rollout.flat_batch(self.device)
-        if self.model.channels_last:  # once per update; minibatch gathers keep the layout
-            batch["observations"] = batch["observations"].contiguous(memory_format=torch.channels_last)
-        for group in self.optimizer.param_groups:
-            group["lr"] = hp["learning_rate"]
-        clip_range = hp["clip_range"]
-        sums: dict[str, float] = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0}
-        n_minibatches = 0
-        epochs_done = 0
-        for _ in range(hp["epochs"]):
-            epoch_kl = []
-            order = torch.from_numpy(self.shuffle_rng.permutation(self.rollout.size)).to(self.device)
-            for indices in order.split(cfg.minibatch_size):
-                stats = self._minibatch_step({k: v[indices] for k, v in batch.items()}, clip_range, hp)
-                if stats is None:
-                    continue
-                for k in sums:
-                    sums[k] += stats[k]
-                epoch_kl.append(stats["approx_kl"])
-                n_minibatches += 1
-            epochs_done += 1
-            if cfg.target_kl is not None and epoch_kl and float(np.mean(epoch_kl)) > cfg.target_kl:
-                break
-        metrics = {k: v / max(n_minibatches, 1) for k, v in sums.items()}
-        metrics["explained_variance"] = explained_variance(batch["values"], batch["returns"])
-        metrics["epochs_done"] = epochs_done
-        return metrics
-
-    def _value_clip_range(self, policy_clip_range: float) -> float | None:
-        # Tied to the annealed policy clip (ppo2), the value clip shrinks to 0 late in a run and
-        # freezes the critic; a fixed `value_clip_range` keeps the critic learning to the end.
-        if not self.config.clip_value_loss:
-            return None
-        return policy_clip_range if self.config.value_clip_range is None else self.config.value_clip_range
-
-    def _minibatch_step(self, mb: dict[str, torch.Tensor], clip_range: float, hp: dict[str, Any]) -> dict[str, float] | None:
-        logits, values = self.model(mb["observations"])
-        log_probs = torch.log_softmax(logits, -1).gather(-1, mb["actions"].unsqueeze(-1)).squeeze(-1)
-        advantages = mb["advantages"]
-        if self.config.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        policy = clipped_policy_loss(log_probs, mb["log_probs"], advantages, clip_range)
-        value_loss = clipped_value_loss(values, mb["values"], mb["returns"], self._value_clip_range(clip_range))
-        entropy = entropy_bonus(logits)
-        loss = policy.loss + hp["value_coef"] * value_loss - hp["entropy_coef"] * entropy
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
-        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            if self.config.skip_nonfinite:
-                self.nonfinite_skipped += 1
-                return None
-            raise NonFiniteLoss(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()}); update not applied")
-        self.optimizer.step()
-        return {"policy_loss": policy.loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item(),
-                "approx_kl": float(policy.approx_kl), "clip_fraction": float(policy.clip_fraction)}
-
-    # -- one whole update -----------------------------------------------------------------------
-
-    def step(self) -> dict[str, float]:
-        """Collect + optimise once; returns this update's metrics."""
-        hp = self.schedule()
-        start = time.perf_counter()
-        self.collect()
+    def iteration(self) -> dict[str, float]:
+        """One PPO iteration: sample a rollout with the current policy, then improve the policy on it."""
+        settings = self.schedule()  # frozen for the whole iteration, whatever the dashboard sends meanwhile
+        started = time.perf_counter()
+        self.collect()  # worker_steps × n_envs transitions (workers replaced and rollout redone on a fault)
         sampled = time.perf_counter()
-        metrics = self.optimize(hp)
+        metrics = self.optimize(settings)  # GAE, then epochs × minibatches of clipped updates
         done = time.perf_counter()
         self.update += 1
         metrics.update(
-            learning_rate=hp["learning_rate"], clip_range=hp["clip_range"],
-            sps=self.rollout.size / (done - start), sample_sps=self.rollout.size / (sampled - start),
+            learning_rate=settings.learning_rate, clip_range=settings.clip_range,
+            sps=self.rollout.size / (done - started), sample_sps=self.rollout.size / (sampled - started),
             update_sps=self.rollout.size / (done - sampled),
             worker_restarts=self.worker_restarts, nonfinite_skipped=self.nonfinite_skipped,
         )
@@ -300,6 +227,76 @@ class Trainer:
             metrics["score_mean_100"] = float(np.mean(self.scores))
             metrics["game_length_mean_100"] = float(np.mean(self.lengths))
         return metrics
+
+    def schedule(self) -> IterationSettings:
+        """This iteration's hyperparameters: the live values, the annealed ones decayed linearly."""
+        live, config = self.live_values(), self.config
+        remaining = 1.0 - self.update / config.n_updates
+        clip_range = live["clip_range"] * (remaining if config.anneal_clip_range else 1.0)
+        # Tied to the annealed policy clip (ppo2), the value clip shrinks to 0 late in a run and
+        # freezes the critic; a fixed `value_clip_range` keeps the critic learning to the end.
+        value_clip_range = None if not config.clip_value_loss else (clip_range if config.value_clip_range is None else config.value_clip_range)
+        return IterationSettings(
+            learning_rate=live["learning_rate"] * (remaining if config.anneal_learning_rate else 1.0),
+            clip_range=clip_range, value_clip_range=value_clip_range,
+            value_coef=live["value_coef"], entropy_coef=live["entropy_coef"], epochs=int(live["epochs"]),
+        )
+
+    def optimize(self, settings: IterationSettings) -> dict[str, float]:
+        """GAE on the rollout, then `epochs` passes of shuffled minibatch updates. If anything goes
+        NaN/inf the model and optimizer are put back exactly as they were, and `NonFiniteLoss` is raised."""
+        config = self.config
+        with self._undone_on_nonfinite(), torch_threads(self.train_threads):
+            batch = self.rollout.batch(config.gamma, config.gae_lambda, self.device, self.model.channels_last)
+            for group in self.optimizer.param_groups:
+                group["lr"] = settings.learning_rate
+            stats: list[dict[str, float]] = []
+            epochs_done = 0
+            for _ in range(settings.epochs):
+                order = torch.from_numpy(self.shuffle_rng.permutation(self.rollout.size)).to(self.device)
+                epoch = [s for minibatch in batch.minibatches(order, config.minibatch_size)
+                         if (s := self._minibatch_update(minibatch, settings)) is not None]
+                stats += epoch
+                epochs_done += 1
+                if config.target_kl is not None and epoch and float(np.mean([s["approx_kl"] for s in epoch])) > config.target_kl:
+                    break  # the policy moved too far from the one that sampled: stop early
+            metrics = {k: sum(s[k] for s in stats) / max(len(stats), 1) for k in MINIBATCH_METRICS}
+            metrics["explained_variance"] = explained_variance(batch.values, batch.returns)
+            metrics["epochs_done"] = epochs_done
+            return metrics
+
+    def _minibatch_update(self, minibatch: Batch, settings: IterationSettings) -> dict[str, float] | None:
+        """One Adam step on the PPO loss; None when a NaN/inf was skipped (`skip_nonfinite`)."""
+        logits, values = self.model(minibatch.observations)
+        loss = ppo_loss(logits, values, minibatch.actions, minibatch.log_probs, minibatch.values, minibatch.advantages,
+                        minibatch.returns, clip_range=settings.clip_range, value_clip_range=settings.value_clip_range,
+                        value_coef=settings.value_coef, entropy_coef=settings.entropy_coef,
+                        normalize_advantages=self.config.normalize_advantages)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.total.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        if not (torch.isfinite(loss.total) and torch.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.config.skip_nonfinite:
+                self.nonfinite_skipped += 1
+                return None
+            raise NonFiniteLoss(f"non-finite loss ({loss.total.item()}) or gradient norm ({grad_norm.item()}); update not applied")
+        self.optimizer.step()
+        return {"policy_loss": loss.policy.loss.item(), "value_loss": loss.value.item(), "entropy": loss.entropy.item(),
+                "approx_kl": float(loss.policy.approx_kl), "clip_fraction": float(loss.policy.clip_fraction)}
+
+    @contextlib.contextmanager
+    def _undone_on_nonfinite(self) -> Iterator[None]:
+        model_before = {k: v.clone() for k, v in self.model.state_dict().items()}
+        optimizer_before = copy.deepcopy(self.optimizer.state_dict())
+        try:
+            yield
+            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+                raise NonFiniteLoss("parameters became NaN/inf; update not applied")
+        except NonFiniteLoss:
+            self.model.load_state_dict(model_before)
+            self.optimizer.load_state_dict(optimizer_before)
+            raise
 
     def take_finished_games(self) -> list[GameRecord]:
         """The games finished since the last call, oldest first (for the run's games.csv)."""

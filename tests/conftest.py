@@ -41,7 +41,7 @@ def train_from_seed(config: PPOConfig, pool_factory=PipePool, updates: int = 0
         if updates == 0:
             trainer.collect()
         for _ in range(updates):
-            trainer.step()
+            trainer.iteration()
         rollout = {name: getattr(trainer.rollout, name).copy() for name in ROLLOUT_FIELDS}
         return rollout, [p.detach().clone() for p in trainer.model.parameters()]
 

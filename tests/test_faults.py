@@ -44,10 +44,10 @@ def pool_stack():
 
 def test_killed_worker_is_replaced_and_training_goes_on(pool_stack) -> None:
     trainer, pool = make_trainer(pool_stack)
-    trainer.step()
+    trainer.iteration()
     victim = pool.worker_pids()[1]
     os.kill(victim, signal.SIGKILL)
-    metrics = trainer.step()
+    metrics = trainer.iteration()
     assert trainer.worker_restarts == 1 and metrics["worker_restarts"] == 1
     assert pool.worker_pids()[1] != victim
     assert trainer.update == 2 and trainer.env_steps == 2 * 32  # the broken rollout was redone whole
@@ -57,17 +57,17 @@ def test_killed_worker_is_replaced_and_training_goes_on(pool_stack) -> None:
 def test_hung_worker_times_out_and_is_replaced(pool_stack) -> None:
     trainer, pool = make_trainer(pool_stack, worker_timeout=1.0)
     os.kill(pool.worker_pids()[0], signal.SIGSTOP)
-    trainer.step()
+    trainer.iteration()
     assert trainer.worker_restarts == 1
 
 
 def test_a_worker_that_keeps_dying_stops_the_run_naming_it(pool_stack) -> None:
     trainer, pool = make_trainer(pool_stack, max_worker_restarts=1)
     os.kill(pool.worker_pids()[1], signal.SIGKILL)
-    trainer.step()
+    trainer.iteration()
     os.kill(pool.worker_pids()[1], signal.SIGKILL)
     with pytest.raises(WorkerKeepsFailing, match=r"worker 1 failed 2 times within 100 updates \(limit 1\).*worker 1 died"):
-        trainer.step()
+        trainer.iteration()
 
 
 def test_nan_loss_leaves_the_model_as_it_was(pool_stack) -> None:

@@ -121,10 +121,10 @@ def test_killed_actor_is_replaced_by_the_trainer_and_counted(ray_instance) -> No
         trainer = Trainer(config, pool, seeds, torch.device("cpu"))
         events: list[str] = []
         trainer.on_event = events.append
-        trainer.step()
+        trainer.iteration()
         victim = pool.worker_pids()[1]
         os.kill(victim, signal.SIGKILL)
-        metrics = trainer.step()
+        metrics = trainer.iteration()
         assert trainer.worker_restarts == 1 and metrics["worker_restarts"] == 1
         assert pool.worker_pids()[1] != victim and pool.specs[1].seed == seeds.env_seeds[1] + 1_000_003
         assert trainer.env_steps == 2 * config.batch_size  # the broken rollout was redone whole

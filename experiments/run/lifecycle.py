@@ -150,7 +150,7 @@ class TrainingRun:
         with self.stop, experiment.start():
             tracker.set_global_step(trainer.env_steps)
             for _ in monit.loop(range(trainer.update, config.last_update)):
-                metrics = trainer.step()
+                metrics = trainer.iteration()
                 games.append(trainer.take_finished_games())
                 if config.eval_video_every and trainer.update % config.eval_video_every == 0:
                     metrics.update(record_training_video(trainer.model, config.to_dict(), self.run_dir, trainer.update, device))
