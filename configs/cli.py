@@ -97,15 +97,17 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def config_from_overrides(overrides: dict[str, Any], base: PPOConfig | None = None) -> PPOConfig:
+def config_from_overrides(overrides: dict[str, Any], base: PPOConfig | None = None,
+                          game_exists: typing.Callable[[str], bool] | None = None) -> PPOConfig:
     """Apply overrides to `base` (defaults if None) and validate the result."""
     base_values = (base or PPOConfig()).to_dict()
     base_values.update(overrides)
-    return validate(PPOConfig.from_dict(base_values))
+    return validate(PPOConfig.from_dict(base_values), game_exists)
 
 
 def parse_config(argv: Sequence[str] | None, prog: str, description: str,
-                 add_arguments: typing.Callable[[OneLineParser], None] | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
+                 add_arguments: typing.Callable[[OneLineParser], None] | None = None,
+                 game_exists: typing.Callable[[str], bool] | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
     """Parse, convert and validate; exits with one line on any bad input."""
     parser = build_parser(prog, description)
     if add_arguments is not None:
@@ -113,7 +115,7 @@ def parse_config(argv: Sequence[str] | None, prog: str, description: str,
     args = parser.parse_args(argv)
     try:
         overrides = overrides_from_args(args)
-        config = config_from_overrides(overrides)
+        config = config_from_overrides(overrides, game_exists=game_exists)
     except ConfigError as e:
         fail(str(e))
     return config, args, overrides

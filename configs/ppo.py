@@ -192,8 +192,9 @@ def _importable(module: str) -> bool:
         return False
 
 
-def validate(config: PPOConfig) -> PPOConfig:
-    """Check every value and every combination; raise `ConfigError` on the first bad one."""
+def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None) -> PPOConfig:
+    """Check every value and every combination; raise `ConfigError` on the first bad one.
+    `game_exists` checks the game's name (not checked without it)."""
     for f in config_fields():
         value = getattr(config, f.name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -205,9 +206,9 @@ def validate(config: PPOConfig) -> PPOConfig:
         if live is not None and not live[0] <= value <= live[1]:
             raise ConfigError(f.name, value, f"a value in [{live[0]:g}, {live[1]:g}]")
 
-    from game.atari import is_known_game  # deferred: importing gymnasium is slow and not always needed
-
-    if not is_known_game(config.game):
+    # Which games exist is the emulator's knowledge, not the config's: the caller passes the check
+    # in (`game.atari.is_known_game`), so this package never imports the game package.
+    if game_exists is not None and not game_exists(config.game):
         raise ConfigError("game", config.game, "an ALE game such as Breakout or Pong, or an id like ALE/Breakout-v5")
     if config.batch_size % config.minibatches:
         raise ConfigError(

@@ -39,7 +39,7 @@ from torch import nn
 from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import PPOConfig
 from experiments import process_table
-from game.atari import gym_id
+from game.atari import gym_id, is_known_game
 from game.backends import game_specs, make_pool
 from game.pool import EnvPool
 from ppo.losses import ppo_loss
@@ -383,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            metavar="N", help="whole updates run before the trainer's phases are timed")
 
     description = "Measure env, network and training-loop speed against this machine's limits."
-    config, args, _ = parse_config(argv, PROG, description, extra)
+    config, args, _ = parse_config(argv, PROG, description, extra, is_known_game)
     if not (math.isfinite(args.duration) and args.duration > 0):
         fail(f"--duration {args.duration}: expected a finite number > 0")
     if args.warmup_updates < 0:

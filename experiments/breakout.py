@@ -12,6 +12,7 @@ from pathlib import Path
 from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import ConfigError
 from experiments.run.lifecycle import TrainingRun, resume_config
+from game.atari import is_known_game
 from ppo.checkpoint import CheckpointError
 
 
@@ -20,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("--resume", metavar="RUN_UUID", help="continue this run from its last checkpoint")
 
     config, args, overrides = parse_config(argv, "python -m experiments.breakout",
-                                           "Train a PPO agent on Atari Breakout as a labml experiment.", extra)
+                                           "Train a PPO agent on Atari Breakout as a labml experiment.", extra, is_known_game)
     resume = None
     if args.resume is not None:
         try:

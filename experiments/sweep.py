@@ -38,6 +38,7 @@ import numpy as np
 
 from configs.cli import OneLineParser, _converter, build_parser, config_from_overrides, fail, overrides_from_args
 from configs.ppo import ConfigError, PPOConfig, config_fields
+from game.atari import is_known_game
 
 PROG = "python -m experiments.sweep"
 REPO = Path(__file__).resolve().parents[1]
@@ -178,7 +179,7 @@ def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     from experiments.run.folders import checkpoint_path, find_run
     from experiments.run.lifecycle import TrainingRun, resume_config
 
-    config = config_from_overrides(overrides)
+    config = config_from_overrides(overrides, game_exists=is_known_game)
     resume = None
     run_dir = find_run(Path(config.data_dir), run_uuid)
     if run_dir is not None and checkpoint_path(run_dir).exists():
@@ -315,11 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         fixed = {**fixed_from_file, **overrides}
         if args.workers_per_trial is not None:
             fixed["n_workers"] = args.workers_per_trial
-        base = config_from_overrides(fixed)  # the fixed part alone must be valid
+        base = config_from_overrides(fixed, game_exists=is_known_game)  # the fixed part alone must be valid
         fixed["data_dir"] = str(Path(base.data_dir).resolve())  # trials run elsewhere (another cwd, another node)
         trials = space.trials()
         for params in trials:  # every trial is checked before anything starts
-            config_from_overrides({**fixed, **params})
+            config_from_overrides({**fixed, **params}, game_exists=is_known_game)
         cpus = args.cpus_per_trial if args.cpus_per_trial is not None else base.n_workers + 1
         if not (math.isfinite(cpus) and cpus > 0):
             raise SweepError(f"--cpus-per-trial {cpus:g}: expected a number > 0")

@@ -27,7 +27,7 @@ from dashboard.client import finish_app_tracking
 from experiments.run.folders import checkpoint_path, find_run, release_run, running_pid
 from experiments.run.games_csv import GamesCsv
 from experiments.run.stopping import GracefulStop
-from game.atari import make_ale_env
+from game.atari import is_known_game, make_ale_env
 from game.backends import game_specs, make_pool
 from game.pool import PoolError
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
@@ -61,7 +61,7 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     for name, value in overrides.items():
         if name not in run_options and value != getattr(saved, name):
             raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as --device may change on --resume)")
-    config = config_from_overrides(overrides, saved)
+    config = config_from_overrides(overrides, saved, is_known_game)
     check_fits(checkpoint, config)
     release_run(run_dir)
     return config, checkpoint
