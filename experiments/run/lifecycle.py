@@ -91,7 +91,10 @@ class TrainingRun:
     def __init__(self, config: PPOConfig, resume: dict[str, Any] | None = None, run_uuid: str | None = None) -> None:
         self.config, self.resume, self.run_uuid = config, resume, run_uuid
         self.stop = GracefulStop()
-        self.status, self.error, self.checkpoint_file = "crashed", None, None
+        self.status = "crashed"  # until the loop ends normally
+        self.error: str | None = None  # the fault that stopped the run
+        self.checkpoint_file: Path | None = None  # the last checkpoint this session wrote
+        self.run_dir = Path()  # known once labml has created the run
         self.started = time.perf_counter()
 
     def run(self) -> RunResult:
