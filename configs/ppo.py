@@ -77,7 +77,8 @@ class PPOConfig:
     n_workers: int = hp(8, "env worker processes (baselines ppo2: 8 envs)", positive)
     envs_per_worker: int = hp(1, "games stepped by each worker process; envs = n_workers × envs_per_worker", positive)
     worker_steps: int = hp(128, "steps per env per rollout (ppo2 nsteps)", positive)
-    backend: str = hp("local", "env workers: local (processes here) or ray (Ray actors; pip install -e .[ray])", one_of("local", "ray"), run_option=True)
+    backend: str = hp("local", "env workers: local (processes here), ray (Ray actors; pip install -e .[ray]) or serial (in the trainer's process)",
+                      one_of("local", "ray", "serial"), run_option=True)
     ray_address: str | None = hp(None, "--backend ray: cluster to join (auto, HOST:PORT, ray://HOST:PORT); none = private local Ray", run_option=True)
     ray_cpus_per_worker: float = hp(1.0, "--backend ray: CPUs Ray reserves per env actor (fractions pack actors per core)", positive, run_option=True)
 
@@ -193,36 +194,51 @@ def _importable(module: str) -> bool:
 
 
 def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None) -> PPOConfig:
-    """Check every value and every combination; raise `ConfigError` on the first bad one.
+    """Check every value, then every combination; raise `ConfigError` on the first bad one.
     `game_exists` checks the game's name (not checked without it)."""
     for f in config_fields():
-        value = getattr(config, f.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f.name, value, "a finite number")
-        check = f.metadata["check"]
-        if check is not None and (problem := check(value)) is not None:
-            raise ConfigError(f.name, value, problem)
-        live = f.metadata["live"]
-        if live is not None and not live[0] <= value <= live[1]:
-            raise ConfigError(f.name, value, f"a value in [{live[0]:g}, {live[1]:g}]")
-
+        _check_field(f, getattr(config, f.name))
     # Which games exist is the emulator's knowledge, not the config's: the caller passes the check
     # in (`game.atari.is_known_game`), so this package never imports the game package.
     if game_exists is not None and not game_exists(config.game):
         raise ConfigError("game", config.game, "an ALE game such as Breakout or Pong, or an id like ALE/Breakout-v5")
+    _check_sizes(config)
+    if not is_device_name(config.device):
+        raise ConfigError("device", config.device, DEVICE_NAMES)
+    _check_backend(config)
+    if config.dashboard is not None and not config.dashboard.startswith(("http://", "https://")):
+        raise ConfigError("dashboard", config.dashboard, "an http(s) URL such as http://127.0.0.1:5005/api/v1/default")
+    return config
+
+
+DEVICE_NAMES = "auto, cpu, cuda or cuda:N"
+
+
+def is_device_name(device: str) -> bool:
+    """Whether `device` is one of DEVICE_NAMES (whether that device exists is torch's to say)."""
+    return device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())
+
+
+def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f.name, value, "a finite number")
+    check = f.metadata["check"]
+    if check is not None and (problem := check(value)) is not None:
+        raise ConfigError(f.name, value, problem)
+    live = f.metadata["live"]
+    if live is not None and not live[0] <= value <= live[1]:
+        raise ConfigError(f.name, value, f"a value in [{live[0]:g}, {live[1]:g}]")
+
+
+def _check_sizes(config: PPOConfig) -> None:
+    shape = f"n_workers {config.n_workers} × envs_per_worker {config.envs_per_worker} × worker_steps {config.worker_steps}"
     if config.batch_size % config.minibatches:
-        raise ConfigError(
-            "minibatches", config.minibatches,
-            f"a divisor of the batch size {config.batch_size} "
-            f"(n_workers {config.n_workers} × envs_per_worker {config.envs_per_worker} × worker_steps {config.worker_steps})",
-        )
+        raise ConfigError("minibatches", config.minibatches, f"a divisor of the batch size {config.batch_size} ({shape})")
     if config.n_updates < 1:
-        raise ConfigError("total_env_steps", config.total_env_steps,
-                          f"at least one batch of {config.batch_size} steps (n_workers {config.n_workers} × "
-                          f"envs_per_worker {config.envs_per_worker} × worker_steps {config.worker_steps})")
-    device = config.device
-    if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
-        raise ConfigError("device", device, "auto, cpu, cuda or cuda:N")
+        raise ConfigError("total_env_steps", config.total_env_steps, f"at least one batch of {config.batch_size} steps ({shape})")
+
+
+def _check_backend(config: PPOConfig) -> None:
     if config.ray_address is not None:
         if config.backend != "ray":
             raise ConfigError("ray_address", config.ray_address, "to be given with --backend ray")
@@ -230,6 +246,3 @@ def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None
             raise ConfigError("ray_address", config.ray_address, "auto, HOST:PORT or ray://HOST:PORT")
     if config.backend == "ray" and not _importable("ray"):
         raise ConfigError("backend", config.backend, 'Ray installed for it: pip install -e ".[ray]"')
-    if config.dashboard is not None and not config.dashboard.startswith(("http://", "https://")):
-        raise ConfigError("dashboard", config.dashboard, "an http(s) URL such as http://127.0.0.1:5005/api/v1/default")
-    return config

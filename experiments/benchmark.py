@@ -40,12 +40,12 @@ from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import PPOConfig
 from experiments import process_table
 from game.atari import gym_id, is_known_game
-from game.backends import game_specs, make_pool
-from game.pool import EnvPool
+from game.vector import EnvPool, game_specs, make_pool
+from ppo.devices import resolve_device
 from ppo.losses import ppo_loss
 from ppo.model import ActorCritic
 from ppo.seeding import derive_seeds
-from ppo.trainer import Trainer, resolve_device
+from ppo.trainer import Trainer
 
 PROG = "python -m experiments.benchmark"
 
@@ -134,7 +134,7 @@ def worker_memory(pool: EnvPool, backend: str = "local") -> dict[str, float]:
     forkserver that forked them (their parent). RSS counts shared library pages once per
     process, so the PSS sum is given too. Ray actors count alone (their parent is Ray's raylet;
     on a cluster, only the actors on this machine are found)."""
-    pids = set(pool.worker_pids())  # type: ignore[attr-defined]
+    pids = set(pool.worker_pids())
     if backend == "local":
         pids |= {p for p in (process_table.parent_pid(pid) for pid in list(pids)) if p and p != os.getpid() and p != 1}
     mb = 1 / 1024

@@ -33,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: the workers are closed already
         print("\nstopped at once; the last periodic checkpoint is the one to resume from", file=sys.stderr)
         return 130
+    except ConfigError as e:  # found before anything started (a device this machine lacks)
+        fail(str(e))
     except ConnectionError as e:  # Ray could not reach --ray-address
         fail(f"--ray-address {config.ray_address}: could not connect to a Ray cluster there ({str(e).splitlines()[0]})")
     # labml's progress line has no newline of its own; the path must be a line by itself.

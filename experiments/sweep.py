@@ -332,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SweepError(f"--max-retries {args.max_retries}: expected an integer ≥ 0")
         if address is not None:
             config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
-        from game.ray_pool import ray_installed
+        from game.vector.ray_actors import ray_installed
 
         if not ray_installed():
             raise SweepError('sweeps run on Ray, which is not installed: pip install -e ".[ray]"')

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from configs.ppo import PPOConfig, live_ranges
-from game.pool import EnvPool, PoolError, StepBatch
+from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
 from ppo.checkpoint import CheckpointError
 from ppo.losses import explained_variance, ppo_loss
 from ppo.model import ActorCritic, sample_actions
@@ -57,19 +57,9 @@ class NonFiniteLoss(FloatingPointError):
     """A loss, gradient or parameter became NaN/inf; the update was not applied."""
 
 
-class WorkerKeepsFailing(RuntimeError):
-    """One worker failed more than `max_worker_restarts` times within `restart_window` updates."""
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 class Trainer:
     def __init__(self, config: PPOConfig, pool: EnvPool, seeds: Seeds, device: torch.device,
-                 live_values: Callable[[], dict[str, Any]] | None = None) -> None:
+                 live_values: Callable[[], dict[str, Any]] | None = None, on_event: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.pool = pool
         self.device = device
@@ -78,6 +68,8 @@ class Trainer:
         # Set before initialising: orthogonal init runs a QR whose last bits depend on the thread
         # count, and the same seed must give the same model whatever ran in this process before.
         self.train_threads = config.torch_threads or os.cpu_count() or 1
+        # A batch of n_envs observations is too small to split over threads (see ppo/threads.py).
+        self.sample_threads = config.sample_threads if device.type == "cpu" else self.train_threads
         with torch_threads(self.train_threads):
             torch.manual_seed(seeds.torch_seed)
             self.model = ActorCritic(pool.n_actions, config.frame_stack, config.channels_last).to(device)
@@ -92,10 +84,9 @@ class Trainer:
         self.scores: deque[float] = deque(maxlen=config.score_window)  # full-game, unclipped
         self.lengths: deque[int] = deque(maxlen=config.score_window)
         self.finished_games: list[GameRecord] = []  # since the caller last took them (take_finished_games)
-        self.worker_restarts = 0  # over the whole run
         self.nonfinite_skipped = 0  # minibatches skipped for a NaN/inf loss (skip_nonfinite)
-        self._failures: dict[int, deque[int]] = {}  # worker -> updates at which it failed
-        self.on_event: Callable[[str], None] = print  # where restarts are reported
+        if on_event is not None:
+            pool.on_restart = on_event  # where worker replacements are reported
 
     # -- sampling -------------------------------------------------------------------------------
 
@@ -117,49 +108,26 @@ class Trainer:
         over from the envs' current states: the interrupted trajectories are dropped whole, so no
         transition ever straddles the replacement. Games already finished still count.
         """
-        self._with_worker_restarts(self._collect_once)
+        self.pool.with_restarts(self._collect_once, tick=self.update)
 
     def reset_envs(self) -> None:
         """Start a new game in every env (a run's start)."""
-        self._with_worker_restarts(self.pool.reset)
-
-    def _with_worker_restarts(self, pool_call: Callable[[], Any]) -> Any:
-        while True:
-            try:
-                return pool_call()
-            except PoolError as failure:
-                self._replace_worker(failure)
-
-    def _replace_worker(self, failure: PoolError) -> None:
-        history = self._failures.setdefault(failure.worker, deque())
-        history.append(self.update)
-        while history and history[0] <= self.update - self.config.restart_window:
-            history.popleft()
-        if len(history) > self.config.max_worker_restarts:
-            raise WorkerKeepsFailing(
-                f"worker {failure.worker} failed {len(history)} times within {self.config.restart_window} updates "
-                f"(limit {self.config.max_worker_restarts}); last failure: {failure}") from failure
-        self.worker_restarts += 1
-        # A new seed for the replacement: replaying the seed that just failed could fail again.
-        self.pool.restart_worker(failure.worker, seed_offset=self.worker_restarts * 1_000_003)
-        self.on_event(f"{str(failure).splitlines()[0]}; replaced it (restart {self.worker_restarts}) "
-                      f"during update {self.update + 1}")
+        self.pool.with_restarts(self.pool.reset, tick=self.update)
 
     def _collect_once(self) -> None:
         rollout, pool = self.rollout, self.pool
-        if self.device.type == "cpu":
-            torch.set_num_threads(self.config.sample_threads)
-        try:
-            if self.config.overlap_sampling and pool.n_workers >= 2:
-                self._collect_overlapped()
-            else:
-                every = slice(0, pool.n_envs)
-                for t in range(rollout.n_steps):
-                    self._record(pool.step(self._act(every, t)), every, t)
-        except PoolError:
-            pool.drain()  # the other half may still be stepping: read its reply before a restart
-            raise
-        rollout.last_values[:] = self._values(pool.observations)
+        with torch_threads(self.sample_threads):
+            try:
+                if self.config.overlap_sampling and pool.n_workers >= 2:
+                    self._collect_overlapped()
+                else:
+                    every = slice(0, pool.n_envs)
+                    for t in range(rollout.n_steps):
+                        self._record(pool.step(self._act(every, t)), every, t)
+            except PoolError:
+                pool.drain()  # the other half may still be stepping: read its reply before a restart
+                raise
+            rollout.last_values[:] = self._values(pool.observations)
         self.env_steps += rollout.size
 
     def _collect_overlapped(self) -> None:
@@ -221,7 +189,7 @@ class Trainer:
             learning_rate=settings.learning_rate, clip_range=settings.clip_range,
             sps=self.rollout.size / (done - started), sample_sps=self.rollout.size / (sampled - started),
             update_sps=self.rollout.size / (done - sampled),
-            worker_restarts=self.worker_restarts, nonfinite_skipped=self.nonfinite_skipped,
+            worker_restarts=self.pool.restarts, nonfinite_skipped=self.nonfinite_skipped,
         )
         if self.scores:
             metrics["score_mean_100"] = float(np.mean(self.scores))
@@ -303,6 +271,11 @@ class Trainer:
         games, self.finished_games = self.finished_games, []
         return games
 
+    @property
+    def worker_restarts(self) -> int:
+        """Workers the pool replaced over the whole run (saved in checkpoints)."""
+        return self.pool.restarts
+
     def score_mean(self) -> float | None:
         return float(np.mean(self.scores)) if self.scores else None
 
@@ -311,7 +284,7 @@ class Trainer:
     def state_dict(self, live_values: dict[str, Any]) -> dict[str, Any]:
         try:
             # A worker found dead here is replaced (and counted) like one found dead while sampling.
-            env_states = self._with_worker_restarts(self.pool.get_state)
+            env_states = self.pool.with_restarts(self.pool.get_state, tick=self.update)
         except (PoolError, WorkerKeepsFailing):  # the learner is still saved; games start afresh
             env_states = None
         return {
@@ -328,7 +301,7 @@ class Trainer:
             "sample_generator": self.sample_generator.get_state(),
             "shuffle_rng": self.shuffle_rng.bit_generator.state,
             "env_states": env_states,
-            "worker_restarts": self.worker_restarts,
+            "worker_restarts": self.pool.restarts,
             "nonfinite_skipped": self.nonfinite_skipped,
         }
 
@@ -349,11 +322,11 @@ class Trainer:
         self.lengths.extend(state["lengths"])
         self.sample_generator.set_state(state["sample_generator"])
         self.shuffle_rng.bit_generator.state = state["shuffle_rng"]
-        self.worker_restarts = state.get("worker_restarts", 0)
+        self.pool.restarts = state.get("worker_restarts", 0)  # the next replacement's seeds follow on
         self.nonfinite_skipped = state.get("nonfinite_skipped", 0)
         env_states = state.get("env_states")
         if env_states is not None:
             # A replacement worker takes the saved emulator states as well: the resume stays exact.
-            self._with_worker_restarts(lambda: self.pool.set_state(env_states))
+            self.pool.with_restarts(lambda: self.pool.set_state(env_states), tick=self.update)
         else:
             self.reset_envs()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,7 @@ import torch
 
 from configs.ppo import PPOConfig
 from experiments import process_table
-from game.backends import game_specs
-from game.pool import PipePool
+from game.vector import PipePool, game_specs
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 
@@ -79,3 +79,14 @@ class Cli:
 @pytest.fixture
 def cli() -> Cli:
     return Cli()
+
+
+@pytest.fixture(scope="module")
+def ray_instance() -> Iterator[object]:
+    """One local Ray (2 CPUs) shared by a module's in-process tests: Ray takes seconds to start."""
+    ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

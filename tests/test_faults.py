@@ -16,11 +16,10 @@ import torch
 
 from configs.ppo import PPOConfig
 from experiments.process_table import is_alive
-from game.backends import game_specs
-from game.pool import PipePool
+from game.vector import PipePool, RestartPolicy, WorkerKeepsFailing, game_specs
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
-from ppo.trainer import NonFiniteLoss, Trainer, WorkerKeepsFailing
+from ppo.trainer import NonFiniteLoss, Trainer
 from tests.conftest import REPO
 from tests.test_experiment import TINY, summary_of
 
@@ -28,10 +27,10 @@ from tests.test_experiment import TINY, summary_of
 def make_trainer(pool_stack, **overrides) -> tuple[Trainer, PipePool]:
     config = PPOConfig(n_workers=2, worker_steps=16, minibatches=2, epochs=1, **overrides)
     seeds = derive_seeds(config.seed, config.n_envs)
-    pool = pool_stack.enter_context(PipePool(game_specs(config, seeds.env_seeds), timeout_s=config.worker_timeout))
+    pool = pool_stack.enter_context(PipePool(game_specs(config, seeds.env_seeds), timeout_s=config.worker_timeout,
+                                             restarts=RestartPolicy(config.max_worker_restarts, config.restart_window)))
     pool.reset()
-    trainer = Trainer(config, pool, seeds, torch.device("cpu"))
-    trainer.on_event = lambda message: None
+    trainer = Trainer(config, pool, seeds, torch.device("cpu"), on_event=lambda message: None)
     return trainer, pool
 
 
@@ -56,9 +55,13 @@ def test_killed_worker_is_replaced_and_training_goes_on(pool_stack) -> None:
 
 def test_hung_worker_times_out_and_is_replaced(pool_stack) -> None:
     trainer, pool = make_trainer(pool_stack, worker_timeout=1.0)
-    os.kill(pool.worker_pids()[0], signal.SIGSTOP)
+    hung = pool.worker_pids()[0]
+    os.kill(hung, signal.SIGSTOP)
+    # Once the hang is caught, a slow step on a busy machine must not count as another one.
+    pool.on_restart = lambda message: setattr(pool, "timeout_s", 600.0)
     trainer.iteration()
-    assert trainer.worker_restarts == 1
+    assert trainer.worker_restarts == 1 and pool.worker_pids()[0] != hung
+    assert not is_alive(hung)
 
 
 def test_a_worker_that_keeps_dying_stops_the_run_naming_it(pool_stack) -> None:
@@ -187,7 +190,7 @@ def test_a_game_that_keeps_raising_stops_the_run_with_its_traceback(pool_stack) 
     # and carries the traceback from inside it.
     trainer, pool = make_trainer(pool_stack, max_worker_restarts=2)
     with pytest.raises(WorkerKeepsFailing) as error:
-        trainer._with_worker_restarts(lambda: pool.step(np.array([0, 9])))
+        pool.with_restarts(lambda: pool.step(np.array([0, 9])), tick=trainer.update)
     message = str(error.value)
     assert "worker 1 failed 3 times" in message and "worker 1 raised IndexError" in message
     assert "--- traceback in worker 1 ---" in message and "game/atari.py" in message

@@ -1,4 +1,5 @@
-"""The Ray backend: env workers as Ray actors on a real local Ray instance, real games, real kills.
+"""The Ray backend beyond the pool contract (tests/test_pool.py runs that over Ray too): the same
+rollouts as the local backend, Ray's own errors, cluster addresses, the CLI, sweeps' Ray.
 
 One `ray.init(num_cpus=2)` is shared by the module's in-process tests (Ray takes seconds to
 start); the command-line tests start their own private instance and must leave nothing behind.
@@ -11,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,15 +22,15 @@ from configs.ppo import PPOConfig
 from experiments.breakout import main
 from experiments.process_table import is_alive
 from game.atari import GameSpec
-from game.backends import game_specs, make_pool
-from game.pool import PipePool
-from game.protocol import WorkerDied, WorkerError, WorkerTimeout
-from game.ray_pool import ray_installed
+from game.vector import PipePool, game_specs, make_pool
+from game.vector.protocol import WorkerDied, WorkerError
+from game.vector.ray_actors import ray_installed
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 from tests.conftest import REPO, ROLLOUT_FIELDS, train_from_seed
 from tests.test_experiment import summary_of
 
+pytestmark = pytest.mark.ray
 requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
 
 def wait_dead(pids: list[int], timeout_s: float = 10.0) -> list[int]:
@@ -40,18 +40,8 @@ def wait_dead(pids: list[int], timeout_s: float = 10.0) -> list[int]:
     return left
 
 
-@pytest.fixture(scope="module")
-def ray_instance() -> Iterator[object]:
-    ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
 def ray_pool(specs: list[GameSpec], envs_per_worker: int = 1, timeout_s: float = 60.0):
-    from game.ray_pool import RayPool
+    from game.vector.ray_actors import RayPool
 
     # Half a CPU each: the replacement of a killed actor must fit next to the survivors on 2 CPUs.
     return RayPool(specs, envs_per_worker, timeout_s, cpus_per_worker=0.5)
@@ -118,9 +108,8 @@ def test_killed_actor_is_replaced_by_the_trainer_and_counted(ray_instance) -> No
     seeds = derive_seeds(config.seed, config.n_envs)
     with ray_pool(game_specs(config, seeds.env_seeds)) as pool:
         pool.reset()
-        trainer = Trainer(config, pool, seeds, torch.device("cpu"))
         events: list[str] = []
-        trainer.on_event = events.append
+        trainer = Trainer(config, pool, seeds, torch.device("cpu"), on_event=events.append)
         trainer.iteration()
         victim = pool.worker_pids()[1]
         os.kill(victim, signal.SIGKILL)
@@ -130,22 +119,6 @@ def test_killed_actor_is_replaced_by_the_trainer_and_counted(ray_instance) -> No
         assert trainer.env_steps == 2 * config.batch_size  # the broken rollout was redone whole
         assert events and events[0].startswith("worker 1 (Ray actor") and "died" in events[0]
     assert wait_dead([victim]) == []
-
-
-@requires_ray
-def test_hung_actor_times_out_and_is_killed_on_restart(ray_instance) -> None:
-    with ray_pool([GameSpec(seed=1), GameSpec(seed=2)], timeout_s=1.0) as pool:
-        hung = pool.worker_pids()[0]
-        os.kill(hung, signal.SIGSTOP)
-        try:
-            with pytest.raises(WorkerTimeout, match="worker 0 did not answer"):
-                pool.step(np.zeros(2, np.int64))
-            pool.restart_worker(0, seed_offset=10)
-            pool.step(np.zeros(2, np.int64))
-        finally:
-            if is_alive(hung):
-                os.kill(hung, signal.SIGCONT)
-    assert wait_dead([hung]) == []
 
 
 @requires_ray
@@ -225,7 +198,7 @@ def test_backend_ray_without_ray_says_how_to_install_it(tmp_path: Path) -> None:
 
 @requires_ray
 def test_make_pool_picks_the_backend_the_config_names(ray_instance) -> None:
-    from game.ray_pool import RayPool
+    from game.vector.ray_actors import RayPool
 
     specs = [GameSpec(seed=1), GameSpec(seed=2)]
     with make_pool(PPOConfig(n_workers=2), specs) as local:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from experiments.sweep import SearchSpace, SweepError, main, parse_distribution, search_space, sorted_rows
-from game.ray_pool import ray_installed
+from game.vector.ray_actors import ray_installed
 
 requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
 

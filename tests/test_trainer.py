@@ -8,8 +8,7 @@ import torch
 
 from configs.ppo import PPOConfig
 from game.atari import Game
-from game.backends import game_specs
-from game.pool import PipePool
+from game.vector import PipePool, game_specs
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 from tests.conftest import train_from_seed

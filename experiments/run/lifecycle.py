@@ -28,13 +28,13 @@ from experiments.run.folders import checkpoint_path, find_run, release_run, runn
 from experiments.run.games_csv import GamesCsv
 from experiments.run.stopping import GracefulStop
 from game.atari import is_known_game, make_ale_env
-from game.backends import game_specs, make_pool
-from game.pool import PoolError
+from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
+from ppo.devices import resolve_device
 from ppo.evaluation import record_training_video
 from ppo.model import ActorCritic
 from ppo.seeding import derive_seeds
-from ppo.trainer import NonFiniteLoss, Trainer, WorkerKeepsFailing, resolve_device
+from ppo.trainer import NonFiniteLoss, Trainer
 
 PRINTED_METRICS = ("score_mean_100", "policy_loss", "value_loss", "entropy", "approx_kl", "sps")
 FAULTS = (NonFiniteLoss, WorkerKeepsFailing, PoolError)  # stop the run; its last good state is kept
@@ -103,8 +103,7 @@ class TrainingRun:
         live = self._start_labml()
         seeds = derive_seeds(config.seed, config.n_envs)
         with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
-            trainer = Trainer(config, pool, seeds, device, live.values)
-            trainer.on_event = lambda message: logger.log(message, Text.warning)
+            trainer = Trainer(config, pool, seeds, device, live.values, on_event=lambda message: logger.log(message, Text.warning))
             if self.resume is not None:
                 trainer.load_state_dict(self.resume)
             else:

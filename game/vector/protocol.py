@@ -1,7 +1,7 @@
 """What the trainer and a worker say to each other over their Pipe.
 
 The Pipe carries only commands and small replies; observations, actions, rewards and done flags
-travel through shared memory (`game.shared`). Every request gets exactly one `Reply`, so the
+travel through shared memory (`game.vector.shared`). Every request gets exactly one `Reply`, so the
 trainer always knows whose turn it is.
 """
 
@@ -94,3 +94,7 @@ class WorkerTimeout(PoolError):
     def __init__(self, worker: int, timeout_s: float) -> None:
         super().__init__(worker, f"worker {worker} did not answer within {timeout_s:g} s")
         self.timeout_s = timeout_s
+
+
+class WorkerKeepsFailing(RuntimeError):
+    """One worker failed more often than the pool's restart policy allows."""

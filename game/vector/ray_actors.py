@@ -1,0 +1,222 @@
+"""The Ray transport: each worker is a Ray actor holding a `GameGroup`, the trainer on the driver.
+
+An actor answers one call per command with its group's reply plus, when the command moved the
+games, its arrays (observations uint8 (k, stack, 84, 84), rewards, terminals, truncations). Ray
+serialises numpy arrays out-of-band (pickle protocol 5 buffers), so a step's frames travel as raw
+bytes, never pickled element by element; replies under Ray's inline limit (100 KiB, up to 3 games
+per actor) travel in the RPC reply itself. The driver copies them into the pool's arrays, so the
+trainer sees exactly what the local pool gives it: same specs, same games, observation for
+observation.
+
+Failures become the pool's errors naming the worker and the actor: an exception in an actor →
+`WorkerError` with its traceback; an actor (or its node) gone → `WorkerDied`; no answer within
+`timeout_s` → `WorkerTimeout`. `close()` kills every actor and, if this pool started Ray itself,
+`ray.shutdown()` stops the local Ray processes (gcs, raylet, agents, workers).
+
+Ray is optional: imported only when a pool is built, so `import game` works without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from game.atari import GameSpec
+from game.vector.group import GameGroup, GroupArrays
+from game.vector.pool import EnvPool, RestartPolicy
+from game.vector.protocol import Command, PoolError, RemoteError, WorkerDied, WorkerError, WorkerTimeout
+
+__all__ = ["INSTALL_HINT", "EnvActor", "RayPool", "import_ray", "ray_installed"]
+
+INSTALL_HINT = 'pip install -e ".[ray]"'
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_MOVES_GAMES = (Command.STEP, Command.RESET, Command.SET_STATE, Command.INFO)  # replies carry the arrays
+
+
+def ray_installed() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def import_ray() -> Any:
+    """The `ray` module, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(f"the ray backend needs Ray, an optional extra: {INSTALL_HINT}") from e
+    return ray
+
+
+class EnvActor:
+    """The body of one Ray actor (made remote by `RayPool`). A plain class, so it can be read and
+    tested without Ray; a synchronous actor runs one call at a time, so nothing needs a lock."""
+
+    def __init__(self, specs: list[GameSpec], first_env: int) -> None:
+        self.group = GameGroup(specs, first_env, GroupArrays.allocate(len(specs), (specs[0].frame_stack, 84, 84)))
+
+    def handle(self, command: Command, payload: Any = None) -> tuple[Any, GroupArrays | None]:
+        # The arrays are returned as they are: Ray serialises a return value before this actor runs
+        # its next call, so reusing the buffers next step is safe.
+        if command is Command.STEP:
+            self.group.arrays.actions[:] = payload
+        value = self.group.handle(command, payload if command is not Command.STEP else None)
+        if command is Command.INFO:
+            import ray  # only ever called inside an actor, where Ray is present
+
+            value = {**value, "node": ray.util.get_node_ip_address(), "actor_id": ray.get_runtime_context().get_actor_id()}
+        return value, (self.group.arrays if command in _MOVES_GAMES else None)
+
+
+class RayPool(EnvPool):
+    """`n_envs / envs_per_worker` Ray actors.
+
+    * `address`: a running cluster to join (`auto`, `HOST:PORT`, `ray://HOST:PORT`). None: use the
+      Ray this process is already connected to (a sweep trial, a test), or else start a private
+      local instance that lives as long as the pool.
+    * `cpus_per_worker`: CPUs Ray reserves per actor (an actor runs one thread). A private local
+      instance declares at least `n_workers × cpus_per_worker` CPUs, so all actors start even on a
+      2-core machine, sharing the cores as the local pool's processes do; on a real cluster the
+      reservations are real and Ray spreads the actors over nodes with free CPUs.
+    """
+
+    def __init__(self, specs: Sequence[GameSpec], envs_per_worker: int = 1, timeout_s: float = 60.0,
+                 start_timeout_s: float = 120.0, restarts: RestartPolicy | None = None,
+                 address: str | None = None, cpus_per_worker: float = 1.0) -> None:
+        if not cpus_per_worker > 0:
+            raise ValueError(f"cpus_per_worker must be > 0, got {cpus_per_worker}")
+        self._ray = import_ray()
+        self.cpus_per_worker = cpus_per_worker
+        self._owns_ray = False
+        self._actors: dict[int, Any] = {}
+        self._pending: dict[int, Any] = {}  # worker -> ObjectRef of its call in flight
+        if not self._ray.is_initialized():
+            self._connect(address, len(specs) // envs_per_worker)
+        self._remote = self._ray.remote(EnvActor)
+        try:
+            super().__init__(specs, envs_per_worker, timeout_s, start_timeout_s, restarts)
+        except BaseException:
+            self._shutdown()  # the base closed the actors; a Ray started here goes too
+            raise
+
+    def _connect(self, address: str | None, n_workers: int) -> None:
+        common = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
+        if address is None:
+            # A private instance on this machine: enough logical CPUs for every actor.
+            self._ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(n_workers * self.cpus_per_worker)), **common)
+        else:
+            # Nodes of a cluster need the same Python environment (ale-py, gymnasium, opencv) but
+            # not this checkout: the `game` package travels with the job, so the actors run the
+            # driver's code whatever version a node has installed.
+            package = str(Path(__file__).resolve().parents[1])
+            self._ray.init(address=address, runtime_env={"py_modules": [package]}, **common)
+        self._owns_ray = True
+
+    def worker_pids(self) -> list[int]:
+        return [self._info[w]["pid"] for w in range(self.n_workers)]
+
+    def _allocate(self, observation_shape: tuple[int, ...]) -> GroupArrays:
+        return GroupArrays.allocate(len(self.specs), observation_shape)
+
+    def _start(self, worker: int) -> None:
+        envs = self.envs_of(worker)
+        # No Ray-side restarts or retries: a dead actor is the pool's to replace (new seeds, rollout
+        # redone), exactly like a dead worker process.
+        self._actors[worker] = self._remote.options(num_cpus=self.cpus_per_worker, max_restarts=0, max_task_retries=0).remote(
+            self.specs[envs], envs.start)
+        self._pending[worker] = self._actors[worker].handle.remote(Command.INFO)
+
+    def _send(self, worker: int, command: Command, payload: Any = None) -> None:
+        if command is Command.STEP:
+            # Arguments are serialised at submission, so the pool may reuse its actions at once.
+            payload = self._actions[self.envs_of(worker)].astype("int64", copy=False)
+        self._pending[worker] = self._actors[worker].handle.remote(command, payload)
+
+    def _gather(self, workers: Sequence[int], timeout_s: float) -> dict[int, Any]:
+        """Waits for every call (so none stays in flight), stores each good reply's arrays, then
+        raises the first failure, if any."""
+        ray = self._ray
+        refs = {w: self._pending.pop(w) for w in workers if w in self._pending}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s, fetch_local=True)
+        ready_set = set(ready)
+        values: dict[int, Any] = {}
+        failures: list[PoolError] = []
+        for w, ref in refs.items():
+            if ref not in ready_set:
+                failures.append(WorkerTimeout(w, timeout_s))
+                continue
+            try:
+                value, arrays = ray.get(ref)
+            except Exception as e:  # classified below; anything not from Ray is re-raised there
+                failures.append(self._pool_error(w, e))
+                continue
+            if arrays is not None:
+                envs = self.envs_of(w)
+                self.observations[envs] = arrays.observations
+                self._batch.rewards[envs] = arrays.rewards
+                self._batch.terminals[envs] = arrays.terminals
+                self._batch.truncations[envs] = arrays.truncations
+            values[w] = value
+        if failures:
+            raise failures[0]
+        return values
+
+    def _stop(self, workers: Sequence[int], timeout_s: float) -> None:
+        for w in workers:
+            self._pending.pop(w, None)
+            if (actor := self._actors.pop(w, None)) is not None:
+                try:
+                    self._ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass  # already gone (or Ray itself is): nothing left to stop
+
+    def _shutdown(self) -> None:
+        if self._owns_ray:
+            self._owns_ray = False
+            # Stops what ray.init started here (gcs, raylet, agents, worker processes) and waits
+            # for them; on a cluster it only disconnects, the cluster's nodes stay up.
+            self._ray.shutdown()
+
+    def _start_failed(self, failure: PoolError) -> PoolError:
+        """A start timeout often means the cluster has too few CPUs for the actors: say so."""
+        if not isinstance(failure, WorkerTimeout):
+            return failure
+        have = self._ray.cluster_resources().get("CPU", 0.0)
+        need = self.n_workers * self.cpus_per_worker
+        if have >= need:
+            return failure
+        error = WorkerTimeout(failure.worker, failure.timeout_s)
+        error.args = (f"{failure}: the pool asks Ray for {self.n_workers} actors × {self.cpus_per_worker:g} CPUs = "
+                      f"{need:g} CPUs and the cluster has {have:g}; add nodes or lower --ray-cpus-per-worker",)
+        return error
+
+    def _pool_error(self, worker: int, e: Exception) -> PoolError:
+        """Ray's exception for a call to actor `worker`, as the pool's error for that worker."""
+        from ray import exceptions as rx
+
+        actor = self._describe(worker)
+        if isinstance(e, rx.RayTaskError):
+            cause = e.cause if isinstance(e.cause, BaseException) else None
+            type_name = type(cause).__name__ if cause is not None else "RayTaskError"
+            message = str(cause) if cause is not None else str(e).splitlines()[0]
+            # str(e) is Ray's header (function, pid, ip, actor id) and the actor's traceback, coloured.
+            return WorkerError(worker, RemoteError(type_name, message, f"on {actor}\n{_ANSI.sub('', str(e))}"))
+        if isinstance(e, rx.GetTimeoutError):
+            return WorkerTimeout(worker, self.timeout_s)
+        if isinstance(e, rx.RayError):  # the actor, its worker process or its node is gone
+            died = WorkerDied(worker, None)
+            reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+            died.args = (f"worker {worker} ({actor}) died without answering: {reason}",)
+            return died
+        raise e
+
+    def _describe(self, worker: int) -> str:
+        info = self._info[worker]
+        actor = self._actors.get(worker)
+        actor_id = info.get("actor_id") or (actor._actor_id.hex() if actor is not None else "?")
+        where = f", pid {info['pid']} on {info['node']}" if "pid" in info else ""
+        return f"Ray actor {actor_id}{where}"
