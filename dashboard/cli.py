@@ -13,9 +13,9 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage error is a single line on stderr (no usage dump), exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(USAGE_ERROR, f'{self.prog}: error: {message}\n')
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
 
 
 def usage_error(prog: str, message: str) -> NoReturn:
-    print(f'{prog}: error: {message}', file=sys.stderr)
+    print(f"{prog}: error: {message}", file=sys.stderr)
     sys.exit(USAGE_ERROR)

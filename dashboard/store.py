@@ -25,14 +25,14 @@ from labml_db.types import ModelDict
 
 from ppo.files import atomic_write
 
-LOCK_FILE_NAME = 'dashboard.lock'
+LOCK_FILE_NAME = "dashboard.lock"
 
 
 class AtomicFileDbDriver(FileDbDriver):
     """`FileDbDriver` whose saves are atomic; one file per model instance."""
 
     def _path(self, key: str) -> Path:
-        return self._db_path / f'{key}.{self._serializer.file_extension}'
+        return self._db_path / f"{key}.{self._serializer.file_extension}"
 
     def load_dict(self, key: str) -> ModelDict | None:
         # Files are only ever replaced whole, so no read lock is needed.
@@ -41,13 +41,13 @@ class AtomicFileDbDriver(FileDbDriver):
         except FileNotFoundError:
             return None
         if not self._serializer.is_bytes:
-            return self._serializer.from_string(data.decode('utf-8'))
+            return self._serializer.from_string(data.decode("utf-8"))
         return self._serializer.from_string(data)
 
     def save_dict(self, key: str, data: ModelDict) -> None:
         encoded = self._serializer.to_string(data)
         if isinstance(encoded, str):
-            encoded = encoded.encode('utf-8')
+            encoded = encoded.encode("utf-8")
         atomic_write(self._path(key), encoded)
 
     def delete(self, key: str) -> None:
@@ -62,7 +62,7 @@ class AtomicFileIndexDbDriver(FileIndexDbDriver):
     """
 
     def _save_cache(self) -> None:
-        atomic_write(self._index_path, self._serializer.to_string(self._cache).encode('utf-8'))
+        atomic_write(self._index_path, self._serializer.to_string(self._cache).encode("utf-8"))
 
 
 class DataFolderInUseError(RuntimeError):
@@ -85,15 +85,15 @@ class DataFolderLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
-            holder = os.pread(fd, 32, 0).decode('ascii', 'replace').strip() or 'unknown'
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise DataFolderInUseError(
-                    f'{self.path.parent} is already used by another dashboard (pid {holder}); '
-                    f'stop it or choose another --data folder') from None
+                    f"{self.path.parent} is already used by another dashboard (pid {holder}); "
+                    f"stop it or choose another --data folder") from None
             raise
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f'{os.getpid()}\n'.encode('ascii'), 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd = fd
 
     def release(self) -> None:
@@ -116,8 +116,8 @@ def _create_default_projects() -> None:
     from labml_app import settings
     from labml_app.db import project
 
-    project.create_project(settings.FLOAT_PROJECT_TOKEN, 'float project')
-    project.create_project(settings.SAMPLES_PROJECT_TOKEN, 'samples project')
+    project.create_project(settings.FLOAT_PROJECT_TOKEN, "float project")
+    project.create_project(settings.SAMPLES_PROJECT_TOKEN, "samples project")
 
 
 def use_file_store(data_dir: Path) -> None:
@@ -128,12 +128,12 @@ def use_file_store(data_dir: Path) -> None:
     """
     from labml_app import db
 
-    models_dir = data_dir / 'models'
-    indexes_dir = data_dir / 'indexes'
+    models_dir = data_dir / "models"
+    indexes_dir = data_dir / "indexes"
     models_dir.mkdir(parents=True, exist_ok=True)
     indexes_dir.mkdir(parents=True, exist_ok=True)
     Model.set_db_drivers([AtomicFileDbDriver(PickleSerializer(), m, models_dir) for m in db.models])
-    Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, indexes_dir / f'{i.__name__}.json')
+    Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, indexes_dir / f"{i.__name__}.json")
                           for i in db.indexes])
     _create_default_projects()
 
