@@ -10,9 +10,11 @@ old or the new version.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
+import tempfile
 from pathlib import Path
 from types import TracebackType
 
@@ -23,9 +25,36 @@ from labml_db.serializer.json import JsonSerializer
 from labml_db.serializer.pickle import PickleSerializer
 from labml_db.types import ModelDict
 
-from ppo.files import atomic_write
-
 LOCK_FILE_NAME = "dashboard.lock"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that readers and crashes only ever see a whole file.
+
+    The bytes go to a temporary file in the same folder (a rename across filesystems is not
+    atomic) and are fsynced before `os.replace` renames it over `path`; the folder is then
+    fsynced so the rename itself survives a power loss.  On any error the temporary file is
+    removed and the old `path` is left as it was.  (The dashboard is an app of its own, so it
+    keeps this small helper rather than borrowing the learner's.)
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 class AtomicFileDbDriver(FileDbDriver):

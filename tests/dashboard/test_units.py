@@ -27,8 +27,8 @@ from dashboard.store import (
     AtomicFileIndexDbDriver,
     DataFolderInUseError,
     DataFolderLock,
+    atomic_write,
 )
-from ppo.files import atomic_write
 
 LR = DynamicParamSpec("learning_rate", "float", 2.5e-4, 0.0, 1e-2)
 EPOCHS = DynamicParamSpec("epochs", "int", 4, 1, 16)
