@@ -13,8 +13,8 @@ import socket
 import sys
 from pathlib import Path
 
+from configs.cli import OneLineParser
 from dashboard.assets import default_cache_dir
-from dashboard.cli import OneLineArgumentParser, usage_error
 
 
 def default_data_dir() -> Path:
@@ -33,7 +33,7 @@ def _port(value: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(prog="dashboard", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(name_in_errors=True, prog="dashboard", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", default="5005", help="port to listen on, 1-65535 (default: 5005)")
     parser.add_argument("--data", default=str(default_data_dir()),
@@ -45,20 +45,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the front-end libraries fetched from the npm registry are cached "
                              "(default: ~/.cache/labml-dashboard/vendor)")
     args = parser.parse_args(argv)
-    prog = parser.prog
 
     try:
         port = _port(args.port)
     except ValueError:
-        usage_error(prog, f"--port {args.port!r}: expected an integer from 1 to 65535")
+        parser.fail(f"--port {args.port!r}: expected an integer from 1 to 65535")
     if args.host == "localhost":
         args.host = "127.0.0.1"
     try:
         socket.getaddrinfo(args.host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
     except (socket.gaierror, UnicodeError):
-        usage_error(prog, f"--host {args.host!r}: expected localhost or a numeric IP address such as 127.0.0.1")
+        parser.fail(f"--host {args.host!r}: expected localhost or a numeric IP address such as 127.0.0.1")
     if args.mongo is not None and not args.mongo.startswith(("mongodb://", "mongodb+srv://")):
-        usage_error(prog, f"--mongo {args.mongo!r}: expected a URL starting with mongodb:// or mongodb+srv://")
+        parser.fail(f"--mongo {args.mongo!r}: expected a URL starting with mongodb:// or mongodb+srv://")
     paths = {}
     for option, value in (("--data", args.data), ("--assets-cache", args.assets_cache)):
         path = Path(value).expanduser()
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             if not os.access(path, os.W_OK):
                 raise PermissionError("not writable")
         except (OSError, ValueError) as e:
-            usage_error(prog, f'{option} {value!r}: expected a writable folder ({getattr(e, "strerror", None) or e})')
+            parser.fail(f'{option} {value!r}: expected a writable folder ({getattr(e, "strerror", None) or e})')
         paths[option] = path.resolve()
 
     from dashboard.server import serve

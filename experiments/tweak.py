@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import urllib.parse
 
-from dashboard.cli import OneLineArgumentParser, usage_error
+from configs.cli import OneLineParser
 from dashboard.client import DEFAULT_DASHBOARD_URL, DashboardError, get_hyperparams, set_hyperparams
 
 Number = int | float
@@ -37,7 +37,7 @@ def parse_assignment(text: str) -> tuple[str, Number]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(prog="tweak", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(name_in_errors=True, prog="tweak", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_uuid", metavar="RUN_UUID", help="the run, as printed by labml and the dashboard")
     parser.add_argument("changes", metavar="NAME=VALUE", nargs="*", help="new values; none lists the current ones")
     parser.add_argument("--dashboard", metavar="URL", default=DEFAULT_DASHBOARD_URL,
@@ -46,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
 
     url = urllib.parse.urlsplit(args.dashboard)
     if url.scheme not in ("http", "https") or not url.netloc:
-        usage_error(parser.prog, f"--dashboard {args.dashboard!r}: expected a URL such as {DEFAULT_DASHBOARD_URL}")
+        parser.fail(f"--dashboard {args.dashboard!r}: expected a URL such as {DEFAULT_DASHBOARD_URL}")
     changes: dict[str, Number] = {}
     for text in args.changes:
         try:
             key, value = parse_assignment(text)
         except ValueError as e:
-            usage_error(parser.prog, str(e))
+            parser.fail(str(e))
         changes[key] = value
 
     try:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         pending = set_hyperparams(args.dashboard, args.run_uuid, changes)
     except DashboardError as e:
         if e.status is not None and 400 <= e.status < 500:
-            usage_error(parser.prog, str(e))  # the request itself was wrong
+            parser.fail(str(e))  # the request itself was wrong
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 1
     print("queued: " + ", ".join(f"{k}={v}" for k, v in pending.items()) +
