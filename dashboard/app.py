@@ -23,7 +23,6 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from dashboard import store
 from dashboard.assets import VendorAssets, vendor_folders
 from dashboard.handlers import DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
@@ -44,7 +43,7 @@ class DashboardSettings:
 
 
 def create_app(settings: DashboardSettings) -> FastAPI:
-    flask_app = load_labml_app(settings.host, settings.port, lambda: _init_store(settings))
+    flask_app = load_labml_app(settings.host, settings.port, settings.data_dir / "store", settings.mongo_url)
     static_root = Path(flask_app.STATIC_PATH)
     handlers = DashboardHandlers(HyperParamStore(settings.data_dir / "hyperparams.json"), static_root,
                                  vendor_folders(settings.assets), build_index(static_root, settings.assets))
@@ -53,13 +52,6 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")
     answer_errors_as_json(flask_app.app, settings.max_body_bytes)
     return flask_app.app
-
-
-def _init_store(settings: DashboardSettings) -> None:
-    if settings.mongo_url is None:
-        store.use_file_store(settings.data_dir / "store")
-    else:
-        store.use_mongo_store(settings.mongo_url)
 
 
 def build_index(static_root: Path, assets: VendorAssets) -> str:

@@ -10,16 +10,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute
 
+from dashboard import store
 
-def load_labml_app(host: str, port: int, init_store: Callable[[], None]) -> ModuleType:
-    """Import labml-app with `init_store` in place of its MongoDB set-up; returns its `flask_app` module.
+
+def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None) -> ModuleType:
+    """Import labml-app with its models in files under `file_store` or, given `mongo_url`, in
+    that MongoDB (labml-app's own set-up, pointed there); returns its `flask_app` module.
 
     labml-app builds its app object at import, so this can run once per process.
     """
@@ -28,7 +32,12 @@ def load_labml_app(host: str, port: int, init_store: Callable[[], None]) -> Modu
     os.environ.setdefault("LABML_APP_SERVER_PORT", str(port))
     from labml_app import db
 
-    db.init_mongo_db = lambda *a, **kw: init_store()
+    # flask_app calls db.init_mongo_db() with no address (so localhost) as it is imported.
+    stock_init_mongo_db = db.init_mongo_db
+    if mongo_url is None:
+        db.init_mongo_db = lambda *a, **kw: store.use_file_store(file_store)
+    else:
+        db.init_mongo_db = lambda *a, **kw: stock_init_mongo_db(mongo_url)
     from labml_app.logger import logger as labml_app_logger
 
     # It logs every request at INFO level.

@@ -1,11 +1,12 @@
-"""The dashboard's storage: labml-app's models in a folder (or MongoDB), written atomically.
+"""The dashboard's storage: labml-app's models in a folder, written atomically, and the folder's lock.
 
 labml-app talks to its database only through `labml_db`'s `Model` / `Index` driver
 registries, so swapping in file drivers before the app is created gives a dashboard
 that needs no database server.  `labml_db`'s file drivers rewrite files in place,
 which leaves a truncated file behind if the process dies mid-write; the subclasses
 here write to a temporary file and `os.replace` it, so each file is always either the
-old or the new version.
+old or the new version.  (With `--mongo`, labml-app keeps its own MongoDB set-up: see
+`labml_app_patches.load_labml_app`.)
 """
 
 from __future__ import annotations
@@ -166,9 +167,3 @@ def use_file_store(data_dir: Path) -> None:
                           for i in db.indexes])
     _create_default_projects()
 
-
-def use_mongo_store(url: str) -> None:
-    """Use labml-app's own MongoDB set-up; `url` is anything `pymongo.MongoClient` accepts."""
-    from labml_app import db
-
-    db.init_mongo_db(url)
