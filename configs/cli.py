@@ -58,22 +58,25 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(text)
 
 
-def value_converter(annotation: Any) -> tuple[Any, str]:
+def _parse_finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+def value_converter(annotation: Any) -> tuple[typing.Callable[[str], Any], str]:
     """(function parsing one command-line string, what it accepts) for a field's type."""
     args = typing.get_args(annotation)
     optional = type(None) in args
     base = next((a for a in args if a is not type(None)), annotation) if args else annotation
+    parse: typing.Callable[[str], Any]
     if base is bool:
         parse, accepted = _parse_bool, "true or false"
     elif base is int:
         parse, accepted = int, "an integer"
     elif base is float:
-        def parse(text: str) -> float:
-            value = float(text)
-            if not math.isfinite(value):
-                raise ValueError(text)
-            return value
-        accepted = "a finite number"
+        parse, accepted = _parse_finite_float, "a finite number"
     else:
         parse, accepted = str, "a string"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -67,7 +67,7 @@ def no_git_lookup() -> Iterator[None]:
         git.Repo = original  # type: ignore[misc]
 
 
-def replace_stock_routes(flask_app: ModuleType, first: list[BaseRoute], last: list[BaseRoute]) -> None:
+def replace_stock_routes(flask_app: ModuleType, first: Sequence[BaseRoute], last: Sequence[BaseRoute]) -> None:
     """Put `first` before labml-app's routes and `last` after them, dropping the stock routes
     they replace: the index page, the static-file route (it served any file on the machine
     through an encoded ``..``) and `/track`."""
@@ -77,7 +77,7 @@ def replace_stock_routes(flask_app: ModuleType, first: list[BaseRoute], last: li
     replaced = {flask_app.index, flask_app.send_js, handlers.update_run}
     stock: list[BaseRoute] = [r for r in app.router.routes if getattr(r, "endpoint", None) not in replaced]
     # Order matters: a catch-all page route must come last.
-    app.router.routes[:] = first + stock + last
+    app.router.routes[:] = [*first, *stock, *last]
 
 
 def drop_stock_error_middleware(flask_app: ModuleType) -> None:
