@@ -13,22 +13,40 @@ from typing import Any, NoReturn
 
 from configs.ppo import ConfigError, PPOConfig, config_fields, validate
 
+USAGE_ERROR = 2  # the exit code of a bad command line, as argparse uses it
+
+
+def usage_error(message: str, prog: str | None = None) -> NoReturn:
+    """Print one `error:` line on stderr (starting with `prog: ` when given) and exit with code 2."""
+    prefix = f"{prog}: " if prog else ""
+    print(f"{prefix}error: {message}", file=sys.stderr)
+    raise SystemExit(USAGE_ERROR)
+
+
+def fail(message: str) -> NoReturn:
+    """`usage_error` without a program name: the form the training commands print."""
+    usage_error(message)
+
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad argument is a single `error:` line (no usage dump) and exit code 2."""
+    """argparse, but a bad argument is a single `error:` line (no usage dump) and exit code 2.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    With `name_in_errors=True` the line starts with the program's name (``tweak: error: ...``),
+    as the dashboard's commands print it; `fail` reports the checks done after parsing alike.
+    """
+
+    def __init__(self, *args: Any, name_in_errors: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.name_in_errors = name_in_errors
         # argparse only takes "-5" or "-.5" as values; "-1e-4" would be read as an unknown flag.
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.I)
 
     def error(self, message: str) -> NoReturn:
-        fail(message)
+        self.fail(message)
 
-
-def fail(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    def fail(self, message: str) -> NoReturn:
+        """Report a bad value found after parsing the way argparse's own errors are reported."""
+        usage_error(message, self.prog if self.name_in_errors else None)
 
 
 def _parse_bool(text: str) -> bool:
@@ -40,22 +58,25 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(text)
 
 
-def _converter(annotation: Any) -> tuple[Any, str]:
+def _parse_finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+def value_converter(annotation: Any) -> tuple[typing.Callable[[str], Any], str]:
     """(function parsing one command-line string, what it accepts) for a field's type."""
     args = typing.get_args(annotation)
     optional = type(None) in args
     base = next((a for a in args if a is not type(None)), annotation) if args else annotation
+    parse: typing.Callable[[str], Any]
     if base is bool:
         parse, accepted = _parse_bool, "true or false"
     elif base is int:
         parse, accepted = int, "an integer"
     elif base is float:
-        def parse(text: str) -> float:
-            value = float(text)
-            if not math.isfinite(value):
-                raise ValueError(text)
-            return value
-        accepted = "a finite number"
+        parse, accepted = _parse_finite_float, "a finite number"
     else:
         parse, accepted = str, "a string"
 
@@ -86,7 +107,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for f in config_fields():
         if f.name in vars(args):
-            convert, accepted = _converter(hints[f.name])
+            convert, accepted = value_converter(hints[f.name])
             text = getattr(args, f.name)
             try:
                 values[f.name] = convert(text)
@@ -121,4 +142,14 @@ def parse_config(argv: Sequence[str] | None, prog: str, description: str,
     return config, args, overrides
 
 
-__all__ = ["OneLineParser", "build_parser", "config_from_overrides", "fail", "overrides_from_args", "parse_config"]
+__all__ = [
+    "USAGE_ERROR",
+    "OneLineParser",
+    "build_parser",
+    "config_from_overrides",
+    "fail",
+    "overrides_from_args",
+    "parse_config",
+    "usage_error",
+    "value_converter",
+]

@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-DEFAULT_DASHBOARD_URL = 'http://127.0.0.1:5005'
+DEFAULT_DASHBOARD_URL = "http://127.0.0.1:5005"
 
 Number = int | float
 
@@ -36,9 +36,9 @@ def _release_from_exit(thread: threading.Thread) -> bool:
     the locks in `threading._shutdown_locks`; removing the thread's lock from that set is
     exactly what being a daemon thread means to the shutdown code.
     """
-    shutdown_locks = getattr(threading, '_shutdown_locks', None)
-    shutdown_locks_lock = getattr(threading, '_shutdown_locks_lock', None)
-    tstate_lock = getattr(thread, '_tstate_lock', None)
+    shutdown_locks = getattr(threading, "_shutdown_locks", None)
+    shutdown_locks_lock = getattr(threading, "_shutdown_locks_lock", None)
+    tstate_lock = getattr(thread, "_tstate_lock", None)
     if shutdown_locks is None or shutdown_locks_lock is None or tstate_lock is None:
         return False
     with shutdown_locks_lock:
@@ -73,10 +73,10 @@ def finish_app_tracking(timeout_s: float = 30.0) -> bool:
     if not stuck:
         return True
     released = all([_abandon(t) for t in stuck])
-    url = getattr(stuck[0], 'url', '?').split('?')[0]
-    note = '' if released else ' (this Python cannot skip it at exit; exit may wait for its retries)'
-    print(f'warning: the labml dashboard ({url}) did not take the last updates within {timeout_s:g} s; '
-          f'giving up on them{note}', file=sys.stderr, flush=True)
+    url = getattr(stuck[0], "url", "?").split("?")[0]
+    note = "" if released else " (this Python cannot skip it at exit; exit may wait for its retries)"
+    print(f"warning: the labml dashboard ({url}) did not take the last updates within {timeout_s:g} s; "
+          f"giving up on them{note}", file=sys.stderr, flush=True)
     return False
 
 
@@ -103,18 +103,18 @@ def _api(dashboard_url: str, run_uuid: str) -> str:
 def _request(req: urllib.request.Request, timeout_s: float) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as response:
-            return json.loads(response.read().decode('utf-8'))
+            return json.loads(response.read().decode("utf-8"))
     except urllib.error.HTTPError as e:
         try:
-            message = json.loads(e.read().decode('utf-8'))['error']
+            message = json.loads(e.read().decode("utf-8"))["error"]
         except (ValueError, KeyError, TypeError):
-            message = f'HTTP {e.code} {e.reason}'
+            message = f"HTTP {e.code} {e.reason}"
         raise DashboardError(message, e.code) from None
     except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, 'reason', e)
-        raise DashboardError(f'cannot reach the dashboard at {req.full_url}: {reason}') from None
+        reason = getattr(e, "reason", e)
+        raise DashboardError(f"cannot reach the dashboard at {req.full_url}: {reason}") from None
     except ValueError as e:  # not JSON: probably not a dashboard
-        raise DashboardError(f'{req.full_url} did not answer with JSON: {e}') from None
+        raise DashboardError(f"{req.full_url} did not answer with JSON: {e}") from None
 
 
 def get_hyperparams(dashboard_url: str, run_uuid: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def get_hyperparams(dashboard_url: str, run_uuid: str, *, timeout_s: float = 10.
 def set_hyperparams(dashboard_url: str, run_uuid: str, values: Mapping[str, Number], *,
                     timeout_s: float = 10.0) -> dict[str, Number]:
     """Queue new values for the run; they reach it with its next update. Returns all pending values."""
-    req = urllib.request.Request(_api(dashboard_url, run_uuid), method='POST',
-                                 data=json.dumps(dict(values)).encode('utf-8'),
-                                 headers={'Content-Type': 'application/json'})
-    return _request(req, timeout_s)['pending']
+    req = urllib.request.Request(_api(dashboard_url, run_uuid), method="POST",
+                                 data=json.dumps(dict(values)).encode("utf-8"),
+                                 headers={"Content-Type": "application/json"})
+    return _request(req, timeout_s)["pending"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .store import atomic_write
+from dashboard.store import atomic_write
 
 Number = int | float
 
@@ -35,36 +35,36 @@ class DynamicParamSpec:
     high: Number
 
     def to_json(self) -> dict[str, Any]:
-        return {'type': self.dynamic_type, 'default': self.default, 'range': [self.low, self.high]}
+        return {"type": self.dynamic_type, "default": self.default, "range": [self.low, self.high]}
 
     def coerce(self, value: Any) -> Number:
         """The value the run should receive, or `HyperParamError` with a readable reason."""
         # bool is an int subclass; True as a learning rate is always a mistake.
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise HyperParamError(f'{self.key}: expected {self._type_name()}, got {json.dumps(value)}')
-        if self.dynamic_type == 'int':
+            raise HyperParamError(f"{self.key}: expected {self._type_name()}, got {json.dumps(value)}")
+        if self.dynamic_type == "int":
             if not isinstance(value, int):
-                raise HyperParamError(f'{self.key}: expected an integer, got {value!r}')
+                raise HyperParamError(f"{self.key}: expected an integer, got {value!r}")
         else:
             if not math.isfinite(value):
-                raise HyperParamError(f'{self.key}: expected a finite number, got {value!r}')
+                raise HyperParamError(f"{self.key}: expected a finite number, got {value!r}")
             value = float(value)
         if not self.low <= value <= self.high:
-            raise HyperParamError(f'{self.key}: {value!r} is outside the allowed range '
-                                  f'[{self.low}, {self.high}]')
+            raise HyperParamError(f"{self.key}: {value!r} is outside the allowed range "
+                                  f"[{self.low}, {self.high}]")
         return value
 
     def _type_name(self) -> str:
-        return 'an integer' if self.dynamic_type == 'int' else 'a number'
+        return "an integer" if self.dynamic_type == "int" else "a number"
 
 
 def _spec_from_computed(key: str, computed: Any) -> DynamicParamSpec | None:
-    if not isinstance(computed, dict) or computed.get('type') != 'DynamicSchedule':
+    if not isinstance(computed, dict) or computed.get("type") != "DynamicSchedule":
         return None
-    dynamic_type = computed.get('dynamic_type')
-    rng = computed.get('range')
-    default = computed.get('default')
-    if dynamic_type not in ('float', 'int') or not isinstance(rng, (list, tuple)) or len(rng) != 2:
+    dynamic_type = computed.get("dynamic_type")
+    rng = computed.get("range")
+    default = computed.get("default")
+    if dynamic_type not in ("float", "int") or not isinstance(rng, (list, tuple)) or len(rng) != 2:
         return None
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (*rng, default)):
         return None
@@ -78,8 +78,8 @@ def dynamic_specs(run_configs: Mapping[str, Any]) -> dict[str, DynamicParamSpec]
         if not isinstance(config, dict):
             continue
         # Nested configs are named 'parent.child'; `name` is the key labml's client resolves.
-        name = config.get('name', key)
-        spec = _spec_from_computed(name, config.get('computed'))
+        name = config.get("name", key)
+        spec = _spec_from_computed(name, config.get("computed"))
         if spec is not None:
             specs[name] = spec
     return specs
@@ -92,8 +92,8 @@ def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> dic
     accepted: dict[str, Number] = {}
     for key, value in changes.items():
         if key not in specs:
-            known = ', '.join(sorted(specs)) or 'none'
-            raise HyperParamError(f'{key}: not a dynamic hyperparameter of this run (dynamic: {known})')
+            known = ", ".join(sorted(specs)) or "none"
+            raise HyperParamError(f"{key}: not a dynamic hyperparameter of this run (dynamic: {known})")
         accepted[key] = specs[key].coerce(value)
     return accepted
 
@@ -107,16 +107,16 @@ def reported_values(packets: Any) -> dict[str, Number]:
     """
     found: dict[str, Number] = {}
     for packet in packets if isinstance(packets, list) else [packets]:
-        track = packet.get('track') if isinstance(packet, dict) else None
+        track = packet.get("track") if isinstance(packet, dict) else None
         if not isinstance(track, dict):
             continue
         for name, series in track.items():
-            if not (isinstance(name, str) and name.startswith('hp.') and isinstance(series, dict)):
+            if not (isinstance(name, str) and name.startswith("hp.") and isinstance(series, dict)):
                 continue
-            values = series.get('value')
+            values = series.get("value")
             if isinstance(values, list) and values and isinstance(values[-1], (int, float)) \
                     and not isinstance(values[-1], bool):
-                found[name[len('hp.'):]] = values[-1]
+                found[name[len("hp."):]] = values[-1]
     return found
 
 
@@ -135,42 +135,42 @@ class HyperParamStore:
 
     def _load(self) -> dict[str, dict[str, dict[str, Number]]]:
         try:
-            data = json.loads(self._path.read_text('utf-8'))
+            data = json.loads(self._path.read_text("utf-8"))
         except FileNotFoundError:
             return {}
         if not isinstance(data, dict):
-            raise ValueError(f'{self._path}: not a hyperparameter store')
+            raise ValueError(f"{self._path}: not a hyperparameter store")
         return data
 
     def _save(self) -> None:
-        atomic_write(self._path, json.dumps(self._runs, indent=1, sort_keys=True).encode('utf-8'))
+        atomic_write(self._path, json.dumps(self._runs, indent=1, sort_keys=True).encode("utf-8"))
 
     def _run(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         entry = self._runs.setdefault(run_uuid, {})
-        for part in ('pending', 'delivered', 'reported'):
+        for part in ("pending", "delivered", "reported"):
             entry.setdefault(part, {})
         return entry
 
     def add_pending(self, run_uuid: str, values: Mapping[str, Number]) -> dict[str, Number]:
         with self._lock:
-            self._run(run_uuid)['pending'].update(values)
+            self._run(run_uuid)["pending"].update(values)
             self._save()
-            return dict(self._runs[run_uuid]['pending'])
+            return dict(self._runs[run_uuid]["pending"])
 
     def take_pending(self, run_uuid: str) -> dict[str, Number]:
         with self._lock:
             entry = self._run(run_uuid)
-            if not entry['pending']:
+            if not entry["pending"]:
                 return {}
-            pending = entry['pending']
-            entry['delivered'].update(pending)
-            entry['pending'] = {}
+            pending = entry["pending"]
+            entry["delivered"].update(pending)
+            entry["pending"] = {}
             self._save()
             return pending
 
     def set_reported(self, run_uuid: str, values: Mapping[str, Number]) -> None:
         with self._lock:
-            reported = self._run(run_uuid)['reported']
+            reported = self._run(run_uuid)["reported"]
             if any(reported.get(k) != v for k, v in values.items()):
                 reported.update(values)
                 self._save()
@@ -178,4 +178,4 @@ class HyperParamStore:
     def get(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         with self._lock:
             entry = self._runs.get(run_uuid, {})
-            return {part: dict(entry.get(part, {})) for part in ('pending', 'delivered', 'reported')}
+            return {part: dict(entry.get(part, {})) for part in ("pending", "delivered", "reported")}

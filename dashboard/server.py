@@ -13,24 +13,24 @@ from types import FrameType
 
 import uvicorn
 
-from .assets import ensure_assets
-from .store import DataFolderLock
+from dashboard.assets import ensure_assets
+from dashboard.store import DataFolderLock
 
 # How long in-flight requests get to finish after Ctrl-C / SIGTERM.
 GRACEFUL_SHUTDOWN_S = 3
 
 
 def base_url(host: str, port: int) -> str:
-    if host in ('0.0.0.0', '::', ''):
-        host = '127.0.0.1'  # where a browser on this machine reaches a wildcard bind
-    if ':' in host:
-        host = f'[{host}]'
-    return f'http://{host}:{port}'
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"  # where a browser on this machine reaches a wildcard bind
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket, bound before the app loads, so a busy port fails fast and clearly."""
-    family = socket.AF_INET6 if ':' in host else socket.AF_INET
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -71,51 +71,51 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if not self.should_exit:
-            print(f'Dashboard running at {self.url}  (Ctrl-C to stop)', flush=True)
+            print(f"Dashboard running at {self.url}  (Ctrl-C to stop)", flush=True)
 
 
 def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets_dir: Path) -> int:
     """Run the dashboard until Ctrl-C or SIGTERM; returns the process exit code."""
-    from .app import DashboardSettings, create_app
-    from .store import DataFolderInUseError
+    from dashboard.app import DashboardSettings, create_app
+    from dashboard.store import DataFolderInUseError
 
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataFolderLock(data_dir)
     try:
         lock.acquire()
     except DataFolderInUseError as e:
-        print(f'dashboard: error: --data {e}', file=sys.stderr)
+        print(f"dashboard: error: --data {e}", file=sys.stderr)
         return 1
     try:
         try:
             sock = bind(host, port)
         except OSError as e:
-            print(f'dashboard: error: cannot listen on --host {host} --port {port}: {e.strerror or e}',
+            print(f"dashboard: error: cannot listen on --host {host} --port {port}: {e.strerror or e}",
                   file=sys.stderr)
             return 1
         with sock:
             assets = ensure_assets(assets_dir)
             for error in assets.errors:
-                print(f'dashboard: warning: could not fetch a front-end library ({error}); '
-                      f'the page needs internet access for it', file=sys.stderr)
+                print(f"dashboard: warning: could not fetch a front-end library ({error}); "
+                      f"the page needs internet access for it", file=sys.stderr)
             url = base_url(host, port)
             settings = DashboardSettings(data_dir=data_dir, mongo_url=mongo_url, assets=assets,
                                          host=host, port=port)
             try:
                 app = create_app(settings)
             except Exception as e:  # e.g. MongoDB unreachable
-                print(f'dashboard: error: cannot open the store: {e}', file=sys.stderr)
+                print(f"dashboard: error: cannot open the store: {e}", file=sys.stderr)
                 return 1
             store = mongo_url if mongo_url else f'{data_dir / "store"}'
-            print(f'Store: {store}\n'
-                  f'Point labml at it: labml_app_url={url}/api/v1/default\n'
-                  f'Live hyperparameters of a run: {url}/hyperparams/RUN_UUID', flush=True)
+            print(f"Store: {store}\n"
+                  f"Point labml at it: labml_app_url={url}/api/v1/default\n"
+                  f"Live hyperparameters of a run: {url}/hyperparams/RUN_UUID", flush=True)
             # labml-app's analyses average empty series on fresh runs; numpy warns each time.
-            warnings.filterwarnings('ignore', category=RuntimeWarning, module=r'numpy\.')
-            config = uvicorn.Config(app, log_level='warning', lifespan='off',
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"numpy\.")
+            config = uvicorn.Config(app, log_level="warning", lifespan="off",
                                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
             _Server(config, url).run(sockets=[sock])
     finally:
         lock.release()
-    print('Dashboard stopped.', flush=True)
+    print("Dashboard stopped.", flush=True)
     return 0

@@ -1,18 +1,21 @@
-"""The dashboard's storage: labml-app's models in a folder (or MongoDB), written atomically.
+"""The dashboard's storage: labml-app's models in a folder, written atomically, and the folder's lock.
 
 labml-app talks to its database only through `labml_db`'s `Model` / `Index` driver
 registries, so swapping in file drivers before the app is created gives a dashboard
 that needs no database server.  `labml_db`'s file drivers rewrite files in place,
 which leaves a truncated file behind if the process dies mid-write; the subclasses
 here write to a temporary file and `os.replace` it, so each file is always either the
-old or the new version.
+old or the new version.  (With `--mongo`, labml-app keeps its own MongoDB set-up: see
+`labml_app_patches.load_labml_app`.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
+import tempfile
 from pathlib import Path
 from types import TracebackType
 
@@ -23,16 +26,43 @@ from labml_db.serializer.json import JsonSerializer
 from labml_db.serializer.pickle import PickleSerializer
 from labml_db.types import ModelDict
 
-from ppo.files import atomic_write
+LOCK_FILE_NAME = "dashboard.lock"
 
-LOCK_FILE_NAME = 'dashboard.lock'
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that readers and crashes only ever see a whole file.
+
+    The bytes go to a temporary file in the same folder (a rename across filesystems is not
+    atomic) and are fsynced before `os.replace` renames it over `path`; the folder is then
+    fsynced so the rename itself survives a power loss.  On any error the temporary file is
+    removed and the old `path` is left as it was.  (The dashboard is an app of its own, so it
+    keeps this small helper rather than borrowing the learner's.)
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 class AtomicFileDbDriver(FileDbDriver):
     """`FileDbDriver` whose saves are atomic; one file per model instance."""
 
     def _path(self, key: str) -> Path:
-        return self._db_path / f'{key}.{self._serializer.file_extension}'
+        return self._db_path / f"{key}.{self._serializer.file_extension}"
 
     def load_dict(self, key: str) -> ModelDict | None:
         # Files are only ever replaced whole, so no read lock is needed.
@@ -41,13 +71,13 @@ class AtomicFileDbDriver(FileDbDriver):
         except FileNotFoundError:
             return None
         if not self._serializer.is_bytes:
-            return self._serializer.from_string(data.decode('utf-8'))
+            return self._serializer.from_string(data.decode("utf-8"))
         return self._serializer.from_string(data)
 
     def save_dict(self, key: str, data: ModelDict) -> None:
         encoded = self._serializer.to_string(data)
         if isinstance(encoded, str):
-            encoded = encoded.encode('utf-8')
+            encoded = encoded.encode("utf-8")
         atomic_write(self._path(key), encoded)
 
     def delete(self, key: str) -> None:
@@ -62,7 +92,7 @@ class AtomicFileIndexDbDriver(FileIndexDbDriver):
     """
 
     def _save_cache(self) -> None:
-        atomic_write(self._index_path, self._serializer.to_string(self._cache).encode('utf-8'))
+        atomic_write(self._index_path, self._serializer.to_string(self._cache).encode("utf-8"))
 
 
 class DataFolderInUseError(RuntimeError):
@@ -85,15 +115,15 @@ class DataFolderLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
-            holder = os.pread(fd, 32, 0).decode('ascii', 'replace').strip() or 'unknown'
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise DataFolderInUseError(
-                    f'{self.path.parent} is already used by another dashboard (pid {holder}); '
-                    f'stop it or choose another --data folder') from None
+                    f"{self.path.parent} is already used by another dashboard (pid {holder}); "
+                    f"stop it or choose another --data folder") from None
             raise
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f'{os.getpid()}\n'.encode('ascii'), 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd = fd
 
     def release(self) -> None:
@@ -116,8 +146,8 @@ def _create_default_projects() -> None:
     from labml_app import settings
     from labml_app.db import project
 
-    project.create_project(settings.FLOAT_PROJECT_TOKEN, 'float project')
-    project.create_project(settings.SAMPLES_PROJECT_TOKEN, 'samples project')
+    project.create_project(settings.FLOAT_PROJECT_TOKEN, "float project")
+    project.create_project(settings.SAMPLES_PROJECT_TOKEN, "samples project")
 
 
 def use_file_store(data_dir: Path) -> None:
@@ -128,18 +158,12 @@ def use_file_store(data_dir: Path) -> None:
     """
     from labml_app import db
 
-    models_dir = data_dir / 'models'
-    indexes_dir = data_dir / 'indexes'
+    models_dir = data_dir / "models"
+    indexes_dir = data_dir / "indexes"
     models_dir.mkdir(parents=True, exist_ok=True)
     indexes_dir.mkdir(parents=True, exist_ok=True)
     Model.set_db_drivers([AtomicFileDbDriver(PickleSerializer(), m, models_dir) for m in db.models])
-    Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, indexes_dir / f'{i.__name__}.json')
+    Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, indexes_dir / f"{i.__name__}.json")
                           for i in db.indexes])
     _create_default_projects()
 
-
-def use_mongo_store(url: str) -> None:
-    """Use labml-app's own MongoDB set-up; `url` is anything `pymongo.MongoClient` accepts."""
-    from labml_app import db
-
-    db.init_mongo_db(url)

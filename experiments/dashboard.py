@@ -13,13 +13,13 @@ import socket
 import sys
 from pathlib import Path
 
+from configs.cli import OneLineParser
 from dashboard.assets import default_cache_dir
-from dashboard.cli import OneLineArgumentParser, usage_error
 
 
 def default_data_dir() -> Path:
-    base = os.environ.get('XDG_DATA_HOME') or str(Path.home() / '.local' / 'share')
-    return Path(base) / 'labml-dashboard'
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "labml-dashboard"
 
 
 def _port(value: str) -> int:
@@ -33,48 +33,47 @@ def _port(value: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(prog='dashboard', description=__doc__.split('\n\n')[0])
-    parser.add_argument('--host', default='127.0.0.1', help='address to listen on (default: 127.0.0.1)')
-    parser.add_argument('--port', default='5005', help='port to listen on, 1-65535 (default: 5005)')
-    parser.add_argument('--data', default=str(default_data_dir()),
-                        help='folder for the store, the lock and pending hyperparameter changes '
-                             '(default: $XDG_DATA_HOME/labml-dashboard, i.e. ~/.local/share/labml-dashboard)')
-    parser.add_argument('--mongo', metavar='URL', default=None,
-                        help='use this MongoDB (mongodb://host:port) for runs instead of files under --data')
-    parser.add_argument('--assets-cache', metavar='DIR', default=str(default_cache_dir()),
-                        help='where the front-end libraries fetched from the npm registry are cached '
-                             '(default: ~/.cache/labml-dashboard/vendor)')
+    parser = OneLineParser(name_in_errors=True, prog="dashboard", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", default="5005", help="port to listen on, 1-65535 (default: 5005)")
+    parser.add_argument("--data", default=str(default_data_dir()),
+                        help="folder for the store, the lock and pending hyperparameter changes "
+                             "(default: $XDG_DATA_HOME/labml-dashboard, i.e. ~/.local/share/labml-dashboard)")
+    parser.add_argument("--mongo", metavar="URL", default=None,
+                        help="use this MongoDB (mongodb://host:port) for runs instead of files under --data")
+    parser.add_argument("--assets-cache", metavar="DIR", default=str(default_cache_dir()),
+                        help="where the front-end libraries fetched from the npm registry are cached "
+                             "(default: ~/.cache/labml-dashboard/vendor)")
     args = parser.parse_args(argv)
-    prog = parser.prog
 
     try:
         port = _port(args.port)
     except ValueError:
-        usage_error(prog, f'--port {args.port!r}: expected an integer from 1 to 65535')
-    if args.host == 'localhost':
-        args.host = '127.0.0.1'
+        parser.fail(f"--port {args.port!r}: expected an integer from 1 to 65535")
+    if args.host == "localhost":
+        args.host = "127.0.0.1"
     try:
         socket.getaddrinfo(args.host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
     except (socket.gaierror, UnicodeError):
-        usage_error(prog, f'--host {args.host!r}: expected localhost or a numeric IP address such as 127.0.0.1')
-    if args.mongo is not None and not args.mongo.startswith(('mongodb://', 'mongodb+srv://')):
-        usage_error(prog, f'--mongo {args.mongo!r}: expected a URL starting with mongodb:// or mongodb+srv://')
+        parser.fail(f"--host {args.host!r}: expected localhost or a numeric IP address such as 127.0.0.1")
+    if args.mongo is not None and not args.mongo.startswith(("mongodb://", "mongodb+srv://")):
+        parser.fail(f"--mongo {args.mongo!r}: expected a URL starting with mongodb:// or mongodb+srv://")
     paths = {}
-    for option, value in (('--data', args.data), ('--assets-cache', args.assets_cache)):
+    for option, value in (("--data", args.data), ("--assets-cache", args.assets_cache)):
         path = Path(value).expanduser()
         try:
             path.mkdir(parents=True, exist_ok=True)
             if not os.access(path, os.W_OK):
-                raise PermissionError('not writable')
+                raise PermissionError("not writable")
         except (OSError, ValueError) as e:
-            usage_error(prog, f'{option} {value!r}: expected a writable folder ({getattr(e, "strerror", None) or e})')
+            parser.fail(f'{option} {value!r}: expected a writable folder ({getattr(e, "strerror", None) or e})')
         paths[option] = path.resolve()
 
     from dashboard.server import serve
 
-    return serve(host=args.host, port=port, data_dir=paths['--data'], mongo_url=args.mongo,
-                 assets_dir=paths['--assets-cache'])
+    return serve(host=args.host, port=port, data_dir=paths["--data"], mongo_url=args.mongo,
+                 assets_dir=paths["--assets-cache"])
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

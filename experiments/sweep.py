@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from configs.cli import OneLineParser, _converter, build_parser, config_from_overrides, fail, overrides_from_args
+from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args
+from configs.cli import value_converter as _converter
 from configs.ppo import ConfigError, PPOConfig, config_fields
 from game.atari import is_known_game
 

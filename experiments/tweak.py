@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import urllib.parse
 
-from dashboard.cli import OneLineArgumentParser, usage_error
+from configs.cli import OneLineParser
 from dashboard.client import DEFAULT_DASHBOARD_URL, DashboardError, get_hyperparams, set_hyperparams
 
 Number = int | float
@@ -19,10 +19,10 @@ Number = int | float
 
 def parse_assignment(text: str) -> tuple[str, Number]:
     """'learning_rate=1e-4' -> ('learning_rate', 0.0001); integers stay integers."""
-    key, sep, raw = text.partition('=')
+    key, sep, raw = text.partition("=")
     key, raw = key.strip(), raw.strip()
     if not sep or not key or not raw:
-        raise ValueError(f'{text!r}: expected NAME=VALUE, e.g. learning_rate=1e-4')
+        raise ValueError(f"{text!r}: expected NAME=VALUE, e.g. learning_rate=1e-4")
     try:
         return key, int(raw)
     except ValueError:
@@ -30,52 +30,52 @@ def parse_assignment(text: str) -> tuple[str, Number]:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f'{text!r}: {raw!r} is not a number') from None
-    if value != value or value in (float('inf'), float('-inf')):
-        raise ValueError(f'{text!r}: expected a finite number')
+        raise ValueError(f"{text!r}: {raw!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text!r}: expected a finite number")
     return key, value
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(prog='tweak', description=__doc__.split('\n\n')[0])
-    parser.add_argument('run_uuid', metavar='RUN_UUID', help='the run, as printed by labml and the dashboard')
-    parser.add_argument('changes', metavar='NAME=VALUE', nargs='*', help='new values; none lists the current ones')
-    parser.add_argument('--dashboard', metavar='URL', default=DEFAULT_DASHBOARD_URL,
-                        help=f'the dashboard (default: {DEFAULT_DASHBOARD_URL})')
+    parser = OneLineParser(name_in_errors=True, prog="tweak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_uuid", metavar="RUN_UUID", help="the run, as printed by labml and the dashboard")
+    parser.add_argument("changes", metavar="NAME=VALUE", nargs="*", help="new values; none lists the current ones")
+    parser.add_argument("--dashboard", metavar="URL", default=DEFAULT_DASHBOARD_URL,
+                        help=f"the dashboard (default: {DEFAULT_DASHBOARD_URL})")
     args = parser.parse_args(argv)
 
     url = urllib.parse.urlsplit(args.dashboard)
-    if url.scheme not in ('http', 'https') or not url.netloc:
-        usage_error(parser.prog, f'--dashboard {args.dashboard!r}: expected a URL such as {DEFAULT_DASHBOARD_URL}')
+    if url.scheme not in ("http", "https") or not url.netloc:
+        parser.fail(f"--dashboard {args.dashboard!r}: expected a URL such as {DEFAULT_DASHBOARD_URL}")
     changes: dict[str, Number] = {}
     for text in args.changes:
         try:
             key, value = parse_assignment(text)
         except ValueError as e:
-            usage_error(parser.prog, str(e))
+            parser.fail(str(e))
         changes[key] = value
 
     try:
         if not changes:
             info = get_hyperparams(args.dashboard, args.run_uuid)
-            for key, p in info['params'].items():
-                notes = '' if p['pending'] is None else f'  (pending: {p["pending"]})'
-                if p.get('reported') is not None:
+            for key, p in info["params"].items():
+                notes = "" if p["pending"] is None else f'  (pending: {p["pending"]})'
+                if p.get("reported") is not None:
                     notes += f'  (run reports {p["reported"]})'
                 print(f'{key} = {p["current"]}  {p["type"]} in [{p["range"][0]}, {p["range"][1]}]{notes}')
-            if not info['params']:
-                print(f'run {args.run_uuid} has no dynamic hyperparameters')
+            if not info["params"]:
+                print(f"run {args.run_uuid} has no dynamic hyperparameters")
             return 0
         pending = set_hyperparams(args.dashboard, args.run_uuid, changes)
     except DashboardError as e:
         if e.status is not None and 400 <= e.status < 500:
-            usage_error(parser.prog, str(e))  # the request itself was wrong
-        print(f'{parser.prog}: error: {e}', file=sys.stderr)
+            parser.fail(str(e))  # the request itself was wrong
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 1
-    print('queued: ' + ', '.join(f'{k}={v}' for k, v in pending.items()) +
-          ' (the run applies them with its next update)')
+    print("queued: " + ", ".join(f"{k}={v}" for k, v in pending.items()) +
+          " (the run applies them with its next update)")
     return 0
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

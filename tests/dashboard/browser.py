@@ -21,10 +21,10 @@ from typing import Any
 
 from dashboard_support import child_env
 
-CHROMIUM = Path('/usr/bin/chromium')
-FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-         '--disable-background-networking', '--disable-component-update', '--disable-sync',
-         '--disable-dev-shm-usage', '--remote-debugging-pipe']
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--remote-debugging-pipe"]
 
 
 class Browser:
@@ -38,48 +38,48 @@ class Browser:
             os.dup2(from_browser_w, 4)
 
         self.proc = subprocess.Popen(
-            [str(CHROMIUM), *FLAGS, f'--user-data-dir={user_data_dir}', f'--window-size={width},{height}',
-             'about:blank'],
+            [str(CHROMIUM), *FLAGS, f"--user-data-dir={user_data_dir}", f"--window-size={width},{height}",
+             "about:blank"],
             env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=(3, 4, to_browser_r, from_browser_w), preexec_fn=wire_pipes, start_new_session=True)
         os.close(to_browser_r)
         os.close(from_browser_w)
-        self._buffer = b''
+        self._buffer = b""
         self._next_id = 0
         self._session: str | None = None
-        target = self.call('Target.createTarget', {'url': 'about:blank'})['targetId']
-        self._session = self.call('Target.attachToTarget', {'targetId': target, 'flatten': True})['sessionId']
-        self.call('Emulation.setDeviceMetricsOverride',
-                  {'width': width, 'height': height, 'deviceScaleFactor': 1, 'mobile': False})
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
     def _read_message(self) -> dict[str, Any]:
-        while b'\0' not in self._buffer:
+        while b"\0" not in self._buffer:
             chunk = os.read(self._from_browser, 1 << 16)
             if not chunk:
-                raise RuntimeError(f'chromium closed its DevTools pipe (exit code {self.proc.poll()})')
+                raise RuntimeError(f"chromium closed its DevTools pipe (exit code {self.proc.poll()})")
             self._buffer += chunk
-        message, self._buffer = self._buffer.split(b'\0', 1)
+        message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         self._next_id += 1
-        command: dict[str, Any] = {'id': self._next_id, 'method': method, 'params': params or {}}
-        if self._session is not None and not method.startswith(('Target.', 'Browser.')):
-            command['sessionId'] = self._session
-        os.write(self._to_browser, json.dumps(command).encode() + b'\0')
+        command: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
+        if self._session is not None and not method.startswith(("Target.", "Browser.")):
+            command["sessionId"] = self._session
+        os.write(self._to_browser, json.dumps(command).encode() + b"\0")
         while True:
             message = self._read_message()
-            if message.get('id') == self._next_id:  # everything else is an event
-                if 'error' in message:
+            if message.get("id") == self._next_id:  # everything else is an event
+                if "error" in message:
                     raise RuntimeError(f'{method}: {message["error"]}')
-                return message['result']
+                return message["result"]
 
     def evaluate(self, expression: str) -> Any:
-        result = self.call('Runtime.evaluate', {'expression': expression, 'returnByValue': True})
-        return result['result'].get('value')
+        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True})
+        return result["result"].get("value")
 
     def load(self, url: str) -> None:
-        self.call('Page.navigate', {'url': url})
+        self.call("Page.navigate", {"url": url})
 
     def wait_until(self, expression: str, limit_s: float) -> bool:
         """Poll a JavaScript condition in the page; False if it never held within limit_s."""
@@ -91,13 +91,13 @@ class Browser:
         return False
 
     def screenshot(self, path: Path) -> None:
-        data = self.call('Page.captureScreenshot', {'format': 'png'})['data']
+        data = self.call("Page.captureScreenshot", {"format": "png"})["data"]
         path.write_bytes(base64.b64decode(data))
 
     def close(self) -> None:
         try:
             if self.proc.poll() is None:
-                self.call('Browser.close')
+                self.call("Browser.close")
         except (OSError, RuntimeError):
             pass
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -17,23 +17,23 @@ def no_leftover_processes() -> Iterator[None]:
     before = set(descendants(os.getpid())) | marked_processes()
     yield
     left = (set(descendants(os.getpid())) | marked_processes()) - before
-    assert not left, f'processes left behind: {sorted(left)}'
+    assert not left, f"processes left behind: {sorted(left)}"
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
-    d = Dashboard(tmp_path_factory.mktemp('dashboard-data'))
+    d = Dashboard(tmp_path_factory.mktemp("dashboard-data"))
     try:
         yield d.wait_ready()
     finally:
         d.kill()
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def finished_run(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A short probe run that has sent everything to the module's dashboard."""
-    probe = ProbeRun(tmp_path_factory.mktemp('probe'), f'{dashboard.url}/api/v1/default', '12')
+    probe = ProbeRun(tmp_path_factory.mktemp("probe"), f"{dashboard.url}/api/v1/default", "12")
     run_uuid = probe.run_uuid()
     assert probe.wait() == 0, probe.output
-    assert 'FINISHED delivered=True' in probe.output, probe.output
+    assert "FINISHED delivered=True" in probe.output, probe.output
     return run_uuid

@@ -21,7 +21,7 @@ from typing import Any
 from experiments import process_table
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = Path(__file__).with_name('probe_run.py')
+PROBE = Path(__file__).with_name("probe_run.py")
 # Generous safety nets so a broken build fails instead of hanging; no test asserts speed.
 STARTUP_LIMIT_S = 60.0
 RUN_LIMIT_S = 90.0
@@ -29,27 +29,27 @@ RUN_LIMIT_S = 90.0
 
 def free_port() -> int:
     with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
+        s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 # Every process the tests start carries this, so leftovers are found even after they
 # were re-parented to init.
-TEST_MARK = f'DASHBOARD_TEST_MARK={uuid.uuid4().hex}'
+TEST_MARK = f"DASHBOARD_TEST_MARK={uuid.uuid4().hex}"
 
 
 def marked_processes() -> set[int]:
     """Live (non-zombie) processes whose environment carries TEST_MARK."""
-    return set(process_table.marked(*TEST_MARK.split('=')))
+    return set(process_table.marked(*TEST_MARK.split("=")))
 
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
-    key, value = TEST_MARK.split('=')
+    key, value = TEST_MARK.split("=")
     env[key] = value
-    env['PYTHONPATH'] = str(REPO) + os.pathsep + env.get('PYTHONPATH', '')
-    env['PYTHONUNBUFFERED'] = '1'
-    env.pop('labml_app_url', None)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("labml_app_url", None)
     return env
 
 
@@ -59,7 +59,7 @@ class Process:
     def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> None:
         self.args = args
         self.proc = subprocess.Popen(args, cwd=cwd, env=env or child_env(), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, errors='replace',
+                                     stderr=subprocess.STDOUT, text=True, errors="replace",
                                      start_new_session=True)
         self.lines: list[str] = []
         self._changed = threading.Condition()
@@ -70,14 +70,14 @@ class Process:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             with self._changed:
-                self.lines.append(line.rstrip('\n'))
+                self.lines.append(line.rstrip("\n"))
                 self._changed.notify_all()
         with self._changed:
             self._changed.notify_all()
 
     @property
     def output(self) -> str:
-        return '\n'.join(self.lines)
+        return "\n".join(self.lines)
 
     def wait_for_line(self, predicate: Callable[[str], bool], limit_s: float = RUN_LIMIT_S) -> str:
         """The first output line matching `predicate`; fails if the process ends without one."""
@@ -87,15 +87,15 @@ class Process:
             for line in self.lines:
                 if predicate(line):
                     return line
-        state = 'still running' if ok is False else f'exited with {self.proc.poll()}'
-        raise AssertionError(f'{self.args[1:3]} {state} without the expected line; output:\n{self.output}')
+        state = "still running" if ok is False else f"exited with {self.proc.poll()}"
+        raise AssertionError(f"{self.args[1:3]} {state} without the expected line; output:\n{self.output}")
 
     def wait(self, limit_s: float = RUN_LIMIT_S) -> int:
         try:
             rc = self.proc.wait(limit_s)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f'{self.args[1:3]} did not exit; output:\n{self.output}') from None
+            raise AssertionError(f"{self.args[1:3]} did not exit; output:\n{self.output}") from None
         self._reader.join(10)
         return rc
 
@@ -115,19 +115,19 @@ class Dashboard(Process):
     def __init__(self, data_dir: Path, port: int | None = None) -> None:
         self.port = port or free_port()
         self.data_dir = data_dir
-        self.url = f'http://127.0.0.1:{self.port}'
-        super().__init__([sys.executable, '-m', 'experiments.dashboard', '--port', str(self.port),
-                          '--data', str(data_dir)], cwd=REPO)
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__([sys.executable, "-m", "experiments.dashboard", "--port", str(self.port),
+                          "--data", str(data_dir)], cwd=REPO)
 
     def wait_ready(self) -> Dashboard:
-        self.wait_for_line(lambda line: line.startswith('Dashboard running at'), STARTUP_LIMIT_S)
+        self.wait_for_line(lambda line: line.startswith("Dashboard running at"), STARTUP_LIMIT_S)
         return self
 
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                 headers: dict[str, str] | None = None) -> tuple[int, Any]:
         """(status, parsed JSON or text); never raises for HTTP error statuses."""
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        hdrs = {'Content-Type': 'application/json'} if data is not None else {}
+        hdrs = {"Content-Type": "application/json"} if data is not None else {}
         hdrs.update(headers or {})
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=hdrs)
         try:
@@ -135,7 +135,7 @@ class Dashboard(Process):
                 status, content = response.status, response.read()
         except urllib.error.HTTPError as e:
             status, content = e.code, e.read()
-        text = content.decode('utf-8', 'replace')
+        text = content.decode("utf-8", "replace")
         try:
             return status, json.loads(text)
         except ValueError:
@@ -149,14 +149,14 @@ class ProbeRun(Process):
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(PROBE, folder / PROBE.name)
         # app_open_browser: labml would otherwise open the run page in a browser.
-        (folder / '.labml.yaml').write_text(f'app_url: {app_url}\napp_open_browser: false\n'
-                                            f'check_repo_dirty: false\n')
+        (folder / ".labml.yaml").write_text(f"app_url: {app_url}\napp_open_browser: false\n"
+                                            f"check_repo_dirty: false\n")
         super().__init__([sys.executable, str(folder / PROBE.name), *args], cwd=folder)
 
     def run_uuid(self) -> str:
-        return self.wait_for_line(lambda line: line.startswith('RUN_UUID=')).split('=', 1)[1].strip()
+        return self.wait_for_line(lambda line: line.startswith("RUN_UUID=")).split("=", 1)[1].strip()
 
 
 def run_tool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, '-m', *args], cwd=REPO, env=child_env(), capture_output=True,
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=child_env(), capture_output=True,
                           text=True, timeout=RUN_LIMIT_S)

@@ -23,35 +23,35 @@ from dashboard.client import finish_app_tracking
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument('steps', type=int)
-    parser.add_argument('--until', default=None)
-    parser.add_argument('--finish-timeout', type=float, default=30.0)
+    parser.add_argument("steps", type=int)
+    parser.add_argument("--until", default=None)
+    parser.add_argument("--finish-timeout", type=float, default=30.0)
     args = parser.parse_args()
 
     conf: dict[str, float | int | FloatDynamicHyperParam | IntDynamicHyperParam] = {
-        'learning_rate': FloatDynamicHyperParam(2.5e-4, (0.0, 1e-2)),
-        'clip_range': FloatDynamicHyperParam(0.1, (0.0, 0.5)),
-        'entropy_coef': FloatDynamicHyperParam(0.01, (0.0, 0.1)),
-        'value_coef': FloatDynamicHyperParam(0.5, (0.0, 2.0)),
-        'epochs': IntDynamicHyperParam(4, (1, 16)),
-        'gamma': 0.99,
+        "learning_rate": FloatDynamicHyperParam(2.5e-4, (0.0, 1e-2)),
+        "clip_range": FloatDynamicHyperParam(0.1, (0.0, 0.5)),
+        "entropy_coef": FloatDynamicHyperParam(0.01, (0.0, 0.1)),
+        "value_coef": FloatDynamicHyperParam(0.5, (0.0, 2.0)),
+        "epochs": IntDynamicHyperParam(4, (1, 16)),
+        "gamma": 0.99,
     }
-    until_key, until_value = (args.until.split('=') if args.until else (None, None))
-    experiment.create(name='probe', writers={'app', 'screen'})
+    until_key, until_value = (args.until.split("=") if args.until else (None, None))
+    experiment.create(name="probe", writers={"app", "screen"})
     experiment.configs(conf)
     with experiment.start():
-        print(f'RUN_UUID={experiment.get_uuid()}', flush=True)
+        print(f"RUN_UUID={experiment.get_uuid()}", flush=True)
         for step in range(args.steps):
-            seen = {k: conf[k]() for k in ('learning_rate', 'clip_range', 'entropy_coef', 'value_coef', 'epochs')}
-            tracker.save(step, {'loss': math.exp(-step / 10)})
-            print('STEP ' + ' '.join(f'{k}={v!r}' for k, v in [('step', step), *seen.items()]), flush=True)
+            seen = {k: conf[k]() for k in ("learning_rate", "clip_range", "entropy_coef", "value_coef", "epochs")}
+            tracker.save(step, {"loss": math.exp(-step / 10)})
+            print("STEP " + " ".join(f"{k}={v!r}" for k, v in [("step", step), *seen.items()]), flush=True)
             if until_key is not None and str(seen[until_key]) == until_value:
-                print(f'SAW {until_key}={until_value}', flush=True)
+                print(f"SAW {until_key}={until_value}", flush=True)
                 break
             time.sleep(0.1)
     delivered = finish_app_tracking(args.finish_timeout)
-    print(f'FINISHED delivered={delivered}', flush=True)
+    print(f"FINISHED delivered={delivered}", flush=True)
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

@@ -15,14 +15,14 @@ from dashboard_support import REPO, Dashboard, ProbeRun, child_env, free_port
 
 from experiments.process_table import descendants
 
-HOSTNAME = Path('/etc/hostname').read_text().strip() if Path('/etc/hostname').exists() else None
+HOSTNAME = Path("/etc/hostname").read_text().strip() if Path("/etc/hostname").exists() else None
 
 
 def raw_get(dashboard: Dashboard, path: str) -> tuple[int, bytes]:
     """GET with the path sent exactly as given (urllib would normalise it)."""
-    conn = http.client.HTTPConnection('127.0.0.1', dashboard.port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", dashboard.port, timeout=30)
     try:
-        conn.putrequest('GET', path, skip_accept_encoding=True)
+        conn.putrequest("GET", path, skip_accept_encoding=True)
         conn.endheaders()
         response = conn.getresponse()
         return response.status, response.read()
@@ -30,89 +30,89 @@ def raw_get(dashboard: Dashboard, path: str) -> tuple[int, bytes]:
         conn.close()
 
 
-@pytest.mark.parametrize('path', [
-    '/..%2f..%2f..%2f..%2f..%2fetc%2fhostname',
-    '/..%2F..%2F..%2F..%2F..%2Fetc%2Fpasswd',
-    '/%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd',
-    '/../../../../../etc/passwd',
-    '/js/..%2f..%2f..%2f..%2f..%2f..%2fetc%2fpasswd',
-    '/_dashboard/..%2f..%2f..%2f..%2f..%2f..%2fetc%2fpasswd',
-    '/_vendor/d3-6.7.0/..%2f..%2f..%2f..%2f..%2f..%2fetc%2fpasswd',
-    '/..%2fapp.py',
+@pytest.mark.parametrize("path", [
+    "/..%2f..%2f..%2f..%2f..%2fetc%2fhostname",
+    "/..%2F..%2F..%2F..%2F..%2Fetc%2Fpasswd",
+    "/%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+    "/../../../../../etc/passwd",
+    "/js/..%2f..%2f..%2f..%2f..%2f..%2fetc%2fpasswd",
+    "/_dashboard/..%2f..%2f..%2f..%2f..%2f..%2fetc%2fpasswd",
+    "/_vendor/d3-6.7.0/..%2f..%2f..%2f..%2f..%2f..%2fetc%2fpasswd",
+    "/..%2fapp.py",
 ])
 def test_static_files_never_leave_their_folder(dashboard: Dashboard, path: str) -> None:
     status, body = raw_get(dashboard, path)
-    assert b'root:' not in body
-    assert b'labml_app' not in body and b'import' not in body
+    assert b"root:" not in body
+    assert b"labml_app" not in body and b"import" not in body
     if HOSTNAME:
         assert HOSTNAME.encode() not in body or status != 200
     # Refused outright, or (for paths that normalise into the folder) the app's page.
-    assert status == 404 or (status == 200 and body.lstrip().startswith(b'<!DOCTYPE html>')), (status, body[:200])
+    assert status == 404 or (status == 200 and body.lstrip().startswith(b"<!DOCTYPE html>")), (status, body[:200])
 
 
 def test_front_end_is_served_with_local_libraries(dashboard: Dashboard) -> None:
-    status, body = raw_get(dashboard, '/')
+    status, body = raw_get(dashboard, "/")
     page = body.decode()
-    assert status == 200 and '/js/bundle.min.js' in page
-    assert 'd3js.org' not in page and 'cdn.jsdelivr.net' not in page and 'cdnjs.cloudflare.com' not in page
-    for url in ('/_vendor/d3-6.7.0/dist/d3.min.js', '/_vendor/bootstrap-5.0.0-beta2/dist/css/bootstrap.min.css',
-                '/_vendor/fontawesome-free-5.9.0/css/all.css',
-                '/_vendor/fontawesome-free-5.9.0/webfonts/fa-solid-900.woff2',
-                '/js/bundle.min.js', '/_dashboard/run-link.js', '/_dashboard/hyperparams.js'):
+    assert status == 200 and "/js/bundle.min.js" in page
+    assert "d3js.org" not in page and "cdn.jsdelivr.net" not in page and "cdnjs.cloudflare.com" not in page
+    for url in ("/_vendor/d3-6.7.0/dist/d3.min.js", "/_vendor/bootstrap-5.0.0-beta2/dist/css/bootstrap.min.css",
+                "/_vendor/fontawesome-free-5.9.0/css/all.css",
+                "/_vendor/fontawesome-free-5.9.0/webfonts/fa-solid-900.woff2",
+                "/js/bundle.min.js", "/_dashboard/run-link.js", "/_dashboard/hyperparams.js"):
         status, body = raw_get(dashboard, url)
         assert status == 200 and len(body) > 100, url
     # Pages of the single-page app (such as a run) get index.html.
-    status, body = raw_get(dashboard, '/run/0123456789abcdef')
-    assert status == 200 and b'bundle.min.js' in body
+    status, body = raw_get(dashboard, "/run/0123456789abcdef")
+    assert status == 200 and b"bundle.min.js" in body
 
 
 def test_bad_http_input_gets_a_4xx_and_the_server_keeps_serving(dashboard: Dashboard, finished_run: str) -> None:
-    track = '/api/v1/default/track?run_uuid=abcdefabcdefabcdef&labml_version=0.5.3'
+    track = "/api/v1/default/track?run_uuid=abcdefabcdefabcdef&labml_version=0.5.3"
     cases = [
-        ('POST', track, b'{not json', 400),
-        ('POST', track, b'\xff\xfe\x00', 400),
-        ('POST', track, b'[1, 2]', 400),
-        ('POST', track, json.dumps({'configs': 'x'}).encode(), 400),
-        ('POST', track, json.dumps({'configs': {'a': 1}}).encode(), 400),
-        ('POST', track, json.dumps({'track': []}).encode(), 400),
-        ('POST', track.replace('labml_version', 'rank=x&labml_version'), b'{}', 400),
-        ('GET', f'/api/v1/hyperparams/{"f" * 32}', None, 404),
-        ('GET', '/api/v1/hyperparams/bad%20uuid', None, 400),
-        ('POST', f'/api/v1/hyperparams/{finished_run}', b'{"learning_rate": ', 400),
-        ('POST', f'/api/v1/hyperparams/{finished_run}', b'[0.1]', 422),
-        ('POST', f'/api/v1/hyperparams/{finished_run}', b'{}', 422),
-        ('POST', f'/api/v1/hyperparams/{finished_run}', b'{"learning_rate": "0.1"}', 422),
-        ('POST', f'/api/v1/hyperparams/{finished_run}', b'{"learning_rate": true}', 422),
-        ('POST', f'/api/v1/hyperparams/{finished_run}', b'{"learning_rate": 1e400}', 422),
-        ('POST', f'/api/v1/hyperparams/{finished_run}', b'{"learning_rate": -1}', 422),
-        ('POST', f'/api/v1/hyperparams/{finished_run}', b'{"epochs": 17}', 422),
-        ('POST', f'/api/v1/hyperparams/{finished_run}', b'{"gamma": 0.5}', 422),
-        ('PUT', '/api/v1/runs', b'{oops', 400),  # a stock labml-app endpoint
-        ('GET', '/api/v1/no/such/endpoint', None, 404),
+        ("POST", track, b"{not json", 400),
+        ("POST", track, b"\xff\xfe\x00", 400),
+        ("POST", track, b"[1, 2]", 400),
+        ("POST", track, json.dumps({"configs": "x"}).encode(), 400),
+        ("POST", track, json.dumps({"configs": {"a": 1}}).encode(), 400),
+        ("POST", track, json.dumps({"track": []}).encode(), 400),
+        ("POST", track.replace("labml_version", "rank=x&labml_version"), b"{}", 400),
+        ("GET", f'/api/v1/hyperparams/{"f" * 32}', None, 404),
+        ("GET", "/api/v1/hyperparams/bad%20uuid", None, 400),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": ', 400),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b"[0.1]", 422),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b"{}", 422),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": "0.1"}', 422),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": true}', 422),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": 1e400}', 422),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": -1}', 422),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"epochs": 17}', 422),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"gamma": 0.5}', 422),
+        ("PUT", "/api/v1/runs", b"{oops", 400),  # a stock labml-app endpoint
+        ("GET", "/api/v1/no/such/endpoint", None, 404),
     ]
     for method, path, body, expected in cases:
         status, answer = dashboard.request(method, path, raw=body)
         assert status == expected, (method, path, body, status, answer)
-        assert isinstance(answer, dict) and answer.get('error'), (path, answer)
+        assert isinstance(answer, dict) and answer.get("error"), (path, answer)
 
     # A JSON body sent as a form (as a cross-site page could) is refused.
-    status, answer = dashboard.request('POST', f'/api/v1/hyperparams/{finished_run}',
-                                       raw=b'{"learning_rate": 0.001}', headers={'Content-Type': 'text/plain'})
+    status, answer = dashboard.request("POST", f"/api/v1/hyperparams/{finished_run}",
+                                       raw=b'{"learning_rate": 0.001}', headers={"Content-Type": "text/plain"})
     assert status == 415
 
     # Bodies over the cap are refused whether the size is declared or streamed.
-    conn = http.client.HTTPConnection('127.0.0.1', dashboard.port, timeout=30)
-    conn.putrequest('POST', track)
-    conn.putheader('Content-Type', 'application/json')
-    conn.putheader('Content-Length', str(10 ** 10))
+    conn = http.client.HTTPConnection("127.0.0.1", dashboard.port, timeout=30)
+    conn.putrequest("POST", track)
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(10 ** 10))
     conn.endheaders()
     response = conn.getresponse()
-    assert response.status == 413 and b'larger than' in response.read()
+    assert response.status == 413 and b"larger than" in response.read()
     conn.close()
-    chunk = b'[' + b'0,' * (1 << 20)
-    conn = http.client.HTTPConnection('127.0.0.1', dashboard.port, timeout=30)
+    chunk = b"[" + b"0," * (1 << 20)
+    conn = http.client.HTTPConnection("127.0.0.1", dashboard.port, timeout=30)
     try:
-        conn.request('POST', track, body=iter([chunk] * 20), headers={'Content-Type': 'application/json'},
+        conn.request("POST", track, body=iter([chunk] * 20), headers={"Content-Type": "application/json"},
                      encode_chunked=True)
         response = conn.getresponse()
         assert response.status == 413
@@ -122,85 +122,85 @@ def test_bad_http_input_gets_a_4xx_and_the_server_keeps_serving(dashboard: Dashb
         conn.close()
 
     # Nothing was queued by the refused requests, and the server still answers.
-    status, info = dashboard.request('GET', f'/api/v1/hyperparams/{finished_run}')
-    assert status == 200 and all(p['pending'] is None for p in info['params'].values())
+    status, info = dashboard.request("GET", f"/api/v1/hyperparams/{finished_run}")
+    assert status == 200 and all(p["pending"] is None for p in info["params"].values())
     assert dashboard.proc.poll() is None
 
 
 def test_second_dashboard_on_the_same_folder_is_refused(dashboard: Dashboard) -> None:
-    second = subprocess.run([sys.executable, '-m', 'experiments.dashboard', '--port', str(free_port()),
-                             '--data', str(dashboard.data_dir)], cwd=REPO, env=child_env(),
+    second = subprocess.run([sys.executable, "-m", "experiments.dashboard", "--port", str(free_port()),
+                             "--data", str(dashboard.data_dir)], cwd=REPO, env=child_env(),
                             capture_output=True, text=True, timeout=60)
     assert second.returncode == 1
-    assert 'already used by another dashboard' in second.stderr
-    assert f'pid {dashboard.proc.pid}' in second.stderr
-    assert dashboard.request('GET', '/api/v1/runs/null')[0] == 200
+    assert "already used by another dashboard" in second.stderr
+    assert f"pid {dashboard.proc.pid}" in second.stderr
+    assert dashboard.request("GET", "/api/v1/runs/null")[0] == 200
 
 
 def test_busy_port_is_reported(dashboard: Dashboard, tmp_path: Path) -> None:
-    other = subprocess.run([sys.executable, '-m', 'experiments.dashboard', '--port', str(dashboard.port),
-                            '--data', str(tmp_path)], cwd=REPO, env=child_env(), capture_output=True, text=True,
+    other = subprocess.run([sys.executable, "-m", "experiments.dashboard", "--port", str(dashboard.port),
+                            "--data", str(tmp_path)], cwd=REPO, env=child_env(), capture_output=True, text=True,
                            timeout=60)
-    assert other.returncode == 1 and f'--port {dashboard.port}' in other.stderr
+    assert other.returncode == 1 and f"--port {dashboard.port}" in other.stderr
 
 
-@pytest.mark.parametrize('args, message', [
-    (['--port', 'http'], "--port 'http': expected an integer from 1 to 65535"),
-    (['--port', '70000'], "--port '70000': expected an integer from 1 to 65535"),
-    (['--host', 'my host'], "--host 'my host': expected localhost or a numeric IP address"),
-    (['--mongo', 'localhost:27017'], "--mongo 'localhost:27017': expected a URL starting with mongodb://"),
-    (['--data', '/dev/null/store'], "--data '/dev/null/store': expected a writable folder"),
-    (['--colour'], 'unrecognized arguments: --colour'),
+@pytest.mark.parametrize("args, message", [
+    (["--port", "http"], "--port 'http': expected an integer from 1 to 65535"),
+    (["--port", "70000"], "--port '70000': expected an integer from 1 to 65535"),
+    (["--host", "my host"], "--host 'my host': expected localhost or a numeric IP address"),
+    (["--mongo", "localhost:27017"], "--mongo 'localhost:27017': expected a URL starting with mongodb://"),
+    (["--data", "/dev/null/store"], "--data '/dev/null/store': expected a writable folder"),
+    (["--colour"], "unrecognized arguments: --colour"),
 ])
 def test_bad_options_give_one_line_and_exit_2(args: list[str], message: str) -> None:
-    result = subprocess.run([sys.executable, '-m', 'experiments.dashboard', *args], cwd=REPO, env=child_env(),
+    result = subprocess.run([sys.executable, "-m", "experiments.dashboard", *args], cwd=REPO, env=child_env(),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert result.stderr.count('\n') == 1 and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
 def test_store_and_pending_changes_survive_a_restart(tmp_path: Path, no_leftover_processes: None) -> None:
-    data = tmp_path / 'data'
+    data = tmp_path / "data"
     first = Dashboard(data)
     try:
         first.wait_ready()
-        probe = ProbeRun(tmp_path / 'probe', f'{first.url}/api/v1/default', '5')
+        probe = ProbeRun(tmp_path / "probe", f"{first.url}/api/v1/default", "5")
         run_uuid = probe.run_uuid()
         assert probe.wait() == 0, probe.output
-        status, answer = first.request('POST', f'/api/v1/hyperparams/{run_uuid}', {'clip_range': 0.2})
-        assert status == 200 and answer['pending'] == {'clip_range': 0.2}
+        status, answer = first.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"clip_range": 0.2})
+        assert status == 200 and answer["pending"] == {"clip_range": 0.2}
         assert first.terminate() == 0
-        assert 'Dashboard stopped.' in first.output
+        assert "Dashboard stopped." in first.output
     finally:
         first.kill()
 
     second = Dashboard(data)
     try:
         second.wait_ready()
-        status, run = second.request('GET', f'/api/v1/run/{run_uuid}')
-        assert status == 200 and run['name'] == 'probe'
-        status, runs = second.request('GET', '/api/v1/runs/null')
-        assert [r['run_uuid'] for r in runs['runs']] == [run_uuid]
-        status, info = second.request('GET', f'/api/v1/hyperparams/{run_uuid}')
-        assert info['params']['clip_range']['pending'] == 0.2
+        status, run = second.request("GET", f"/api/v1/run/{run_uuid}")
+        assert status == 200 and run["name"] == "probe"
+        status, runs = second.request("GET", "/api/v1/runs/null")
+        assert [r["run_uuid"] for r in runs["runs"]] == [run_uuid]
+        status, info = second.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+        assert info["params"]["clip_range"]["pending"] == 0.2
         # Every store file is whole: no temporary files left from the atomic writes.
-        assert not [p for p in data.rglob('*.tmp')]
+        assert not [p for p in data.rglob("*.tmp")]
     finally:
         second.kill()
 
 
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signals_stop_it_cleanly(tmp_path: Path, sig: signal.Signals, no_leftover_processes: None) -> None:
     d = Dashboard(tmp_path)
     try:
         d.wait_ready()
-        assert d.request('GET', '/')[0] == 200
+        assert d.request("GET", "/")[0] == 200
         assert descendants(d.proc.pid) == []  # it runs no helper processes
         d.proc.send_signal(sig)
         assert d.wait(30) == 0
-        assert d.output.rstrip().endswith('Dashboard stopped.'), d.output
+        assert d.output.rstrip().endswith("Dashboard stopped."), d.output
         with pytest.raises(OSError):
-            socket.create_connection(('127.0.0.1', d.port), timeout=5).close()
+            socket.create_connection(("127.0.0.1", d.port), timeout=5).close()
     finally:
         d.kill()
     # The folder is free again.

@@ -27,53 +27,53 @@ from dashboard.store import (
     AtomicFileIndexDbDriver,
     DataFolderInUseError,
     DataFolderLock,
+    atomic_write,
 )
-from ppo.files import atomic_write
 
-LR = DynamicParamSpec('learning_rate', 'float', 2.5e-4, 0.0, 1e-2)
-EPOCHS = DynamicParamSpec('epochs', 'int', 4, 1, 16)
+LR = DynamicParamSpec("learning_rate", "float", 2.5e-4, 0.0, 1e-2)
+EPOCHS = DynamicParamSpec("epochs", "int", 4, 1, 16)
 SPECS = {s.key: s for s in (LR, EPOCHS)}
 
 
 def test_specs_come_from_labml_configs() -> None:
     configs: dict[str, Any] = {
-        'learning_rate': {'name': 'learning_rate', 'computed': {'type': 'DynamicSchedule', 'default': 2.5e-4,
-                                                                'range': [0, 0.01], 'dynamic_type': 'float'}},
-        'gamma': {'name': 'gamma', 'computed': 0.99},
-        'broken': {'name': 'broken', 'computed': {'type': 'DynamicSchedule', 'range': 'x'}},
+        "learning_rate": {"name": "learning_rate", "computed": {"type": "DynamicSchedule", "default": 2.5e-4,
+                                                                "range": [0, 0.01], "dynamic_type": "float"}},
+        "gamma": {"name": "gamma", "computed": 0.99},
+        "broken": {"name": "broken", "computed": {"type": "DynamicSchedule", "range": "x"}},
     }
-    assert dynamic_specs(configs) == {'learning_rate': DynamicParamSpec('learning_rate', 'float', 2.5e-4, 0, 0.01)}
+    assert dynamic_specs(configs) == {"learning_rate": DynamicParamSpec("learning_rate", "float", 2.5e-4, 0, 0.01)}
 
 
 @given(st.floats(min_value=0.0, max_value=1e-2))
 def test_floats_in_range_are_accepted(value: float) -> None:
-    assert validate_changes(SPECS, {'learning_rate': value}) == {'learning_rate': value}
+    assert validate_changes(SPECS, {"learning_rate": value}) == {"learning_rate": value}
 
 
 @given(st.floats(allow_nan=True, allow_infinity=True).filter(lambda v: not 0.0 <= v <= 1e-2))
 def test_floats_out_of_range_or_not_finite_are_refused(value: float) -> None:
-    with pytest.raises(HyperParamError, match='learning_rate'):
-        validate_changes(SPECS, {'learning_rate': value})
+    with pytest.raises(HyperParamError, match="learning_rate"):
+        validate_changes(SPECS, {"learning_rate": value})
 
 
 @given(st.integers(min_value=-100, max_value=100))
 def test_integers_are_checked_against_their_range(value: int) -> None:
     if 1 <= value <= 16:
-        assert validate_changes(SPECS, {'epochs': value}) == {'epochs': value}
+        assert validate_changes(SPECS, {"epochs": value}) == {"epochs": value}
     else:
-        with pytest.raises(HyperParamError, match='outside the allowed range'):
-            validate_changes(SPECS, {'epochs': value})
+        with pytest.raises(HyperParamError, match="outside the allowed range"):
+            validate_changes(SPECS, {"epochs": value})
 
 
-@pytest.mark.parametrize('changes, message', [
-    ({'epochs': 2.0}, 'expected an integer'),
-    ({'epochs': True}, 'expected an integer'),
-    ({'learning_rate': '1e-3'}, 'expected a number'),
-    ({'learning_rate': None}, 'expected a number'),
-    ({'gamma': 0.9}, 'not a dynamic hyperparameter'),
-    ({}, 'non-empty JSON object'),
-    ([1], 'non-empty JSON object'),
-    ({'learning_rate': 1e-3, 'epochs': 99}, 'epochs'),  # all or nothing
+@pytest.mark.parametrize("changes, message", [
+    ({"epochs": 2.0}, "expected an integer"),
+    ({"epochs": True}, "expected an integer"),
+    ({"learning_rate": "1e-3"}, "expected a number"),
+    ({"learning_rate": None}, "expected a number"),
+    ({"gamma": 0.9}, "not a dynamic hyperparameter"),
+    ({}, "non-empty JSON object"),
+    ([1], "non-empty JSON object"),
+    ({"learning_rate": 1e-3, "epochs": 99}, "epochs"),  # all or nothing
 ])
 def test_bad_changes_are_refused(changes: Any, message: str) -> None:
     with pytest.raises(HyperParamError, match=message):
@@ -81,43 +81,43 @@ def test_bad_changes_are_refused(changes: Any, message: str) -> None:
 
 
 def test_integer_for_a_float_parameter_becomes_a_float() -> None:
-    value = validate_changes({'clip': DynamicParamSpec('clip', 'float', 0.1, 0, 1)}, {'clip': 1})['clip']
+    value = validate_changes({"clip": DynamicParamSpec("clip", "float", 0.1, 0, 1)}, {"clip": 1})["clip"]
     assert value == 1.0 and isinstance(value, float)
 
 
 def test_pending_changes_are_delivered_once_and_persist(tmp_path: Path) -> None:
-    path = tmp_path / 'hp.json'
+    path = tmp_path / "hp.json"
     store = HyperParamStore(path)
-    store.add_pending('run', {'learning_rate': 1e-3})
-    store.add_pending('run', {'epochs': 3})
-    assert HyperParamStore(path).get('run')['pending'] == {'learning_rate': 1e-3, 'epochs': 3}  # reloaded
-    assert store.take_pending('run') == {'learning_rate': 1e-3, 'epochs': 3}
-    assert store.take_pending('run') == {}
-    assert HyperParamStore(path).get('run') == {'pending': {}, 'delivered': {'learning_rate': 1e-3, 'epochs': 3},
-                                                 'reported': {}}
+    store.add_pending("run", {"learning_rate": 1e-3})
+    store.add_pending("run", {"epochs": 3})
+    assert HyperParamStore(path).get("run")["pending"] == {"learning_rate": 1e-3, "epochs": 3}  # reloaded
+    assert store.take_pending("run") == {"learning_rate": 1e-3, "epochs": 3}
+    assert store.take_pending("run") == {}
+    assert HyperParamStore(path).get("run") == {"pending": {}, "delivered": {"learning_rate": 1e-3, "epochs": 3},
+                                                 "reported": {}}
 
 
 def test_reported_values_take_the_last_hp_value() -> None:
-    packets = [{'track': {'hp.learning_rate': {'step': [1, 2], 'value': [1e-4, 2e-4]}, 'loss': {'value': [1.0]}}},
-               {'track': {'hp.epochs': {'step': [3], 'value': [5]}, 'hp.bad': {'value': ['x']}}}, 'junk']
-    assert reported_values(packets) == {'learning_rate': 2e-4, 'epochs': 5}
+    packets = [{"track": {"hp.learning_rate": {"step": [1, 2], "value": [1e-4, 2e-4]}, "loss": {"value": [1.0]}}},
+               {"track": {"hp.epochs": {"step": [3], "value": [5]}, "hp.bad": {"value": ["x"]}}}, "junk"]
+    assert reported_values(packets) == {"learning_rate": 2e-4, "epochs": 5}
 
 
 def test_atomic_write_replaces_whole_files(tmp_path: Path) -> None:
-    target = tmp_path / 'f.json'
-    atomic_write(target, b'old')
-    atomic_write(target, b'new')
-    assert target.read_bytes() == b'new'
-    assert [p.name for p in tmp_path.iterdir()] == ['f.json']
+    target = tmp_path / "f.json"
+    atomic_write(target, b"old")
+    atomic_write(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:
-    target = tmp_path / 'f.json'
-    atomic_write(target, b'old')
+    target = tmp_path / "f.json"
+    atomic_write(target, b"old")
     with pytest.raises(TypeError):
-        atomic_write(target, 'not bytes')  # type: ignore[arg-type]
-    assert target.read_bytes() == b'old'
-    assert [p.name for p in tmp_path.iterdir()] == ['f.json']
+        atomic_write(target, "not bytes")  # type: ignore[arg-type]
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
 def test_file_drivers_round_trip(tmp_path: Path) -> None:
@@ -125,30 +125,30 @@ def test_file_drivers_round_trip(tmp_path: Path) -> None:
     from labml_db.serializer.json import JsonSerializer
     from labml_db.serializer.pickle import PickleSerializer
 
-    class Thing(Model['Thing']):
+    class Thing(Model["Thing"]):
         value: float
 
         @classmethod
         def defaults(cls) -> dict[str, Any]:
-            return {'value': 0.0}
+            return {"value": 0.0}
 
-    class ThingIndex(Index['Thing']):
+    class ThingIndex(Index["Thing"]):
         pass
 
-    driver = AtomicFileDbDriver(PickleSerializer(), Thing, tmp_path / 'models')
-    index = AtomicFileIndexDbDriver(JsonSerializer(), ThingIndex, tmp_path / 'indexes' / 'ThingIndex.json')
-    driver.save_dict('Thing:1', {'value': math.pi})
-    assert driver.load_dict('Thing:1') == {'value': math.pi}
-    assert driver.load_dict('Thing:2') is None
-    index.set('a', 'Thing:1')
-    assert json.loads((tmp_path / 'indexes' / 'ThingIndex.json').read_text()) == {'a': 'Thing:1'}
-    driver.delete('Thing:1')
-    driver.delete('Thing:1')  # already gone: not an error
-    assert not list((tmp_path / 'models').glob('*.tmp'))
+    driver = AtomicFileDbDriver(PickleSerializer(), Thing, tmp_path / "models")
+    index = AtomicFileIndexDbDriver(JsonSerializer(), ThingIndex, tmp_path / "indexes" / "ThingIndex.json")
+    driver.save_dict("Thing:1", {"value": math.pi})
+    assert driver.load_dict("Thing:1") == {"value": math.pi}
+    assert driver.load_dict("Thing:2") is None
+    index.set("a", "Thing:1")
+    assert json.loads((tmp_path / "indexes" / "ThingIndex.json").read_text()) == {"a": "Thing:1"}
+    driver.delete("Thing:1")
+    driver.delete("Thing:1")  # already gone: not an error
+    assert not list((tmp_path / "models").glob("*.tmp"))
 
 
 def test_one_lock_holder_per_folder(tmp_path: Path) -> None:
-    with DataFolderLock(tmp_path), pytest.raises(DataFolderInUseError, match='already used by another dashboard'):
+    with DataFolderLock(tmp_path), pytest.raises(DataFolderInUseError, match="already used by another dashboard"):
         DataFolderLock(tmp_path).acquire()
     with DataFolderLock(tmp_path):  # released on exit
         pass
@@ -156,7 +156,7 @@ def test_one_lock_holder_per_folder(tmp_path: Path) -> None:
 
 def _tarball(files: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode='w:gz') as tar:
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -165,19 +165,19 @@ def _tarball(files: dict[str, bytes]) -> bytes:
 
 
 def test_install_keeps_only_the_needed_files(tmp_path: Path) -> None:
-    fontawesome = next(p for p in PACKAGES if p.name.endswith('fontawesome-free'))
+    fontawesome = next(p for p in PACKAGES if p.name.endswith("fontawesome-free"))
     _install(fontawesome, _tarball({
-        'package/css/all.css': b'css', 'package/webfonts/fa.woff2': b'font', 'package/js/all.js': b'js',
-        'package/webfonts/../../../evil': b'x', 'package/webfonts/sub/deep.woff2': b'x',
+        "package/css/all.css": b"css", "package/webfonts/fa.woff2": b"font", "package/js/all.js": b"js",
+        "package/webfonts/../../../evil": b"x", "package/webfonts/sub/deep.woff2": b"x",
     }), tmp_path)
     folder = tmp_path / fontawesome.folder
-    assert sorted(str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()) == \
-        ['css/all.css', 'webfonts/fa.woff2']
-    assert not (tmp_path.parent / 'evil').exists()
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) == \
+        ["css/all.css", "webfonts/fa.woff2"]
+    assert not (tmp_path.parent / "evil").exists()
 
 
 def test_unreachable_registry_degrades_to_the_cdn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr('dashboard.assets.REGISTRY', 'http://127.0.0.1:9')  # discard port: nothing listens
+    monkeypatch.setattr("dashboard.assets.REGISTRY", "http://127.0.0.1:9")  # discard port: nothing listens
     assets = ensure_assets(tmp_path, timeout_s=5)
     assert assets.available == [] and len(assets.errors) == len(PACKAGES)
     html = '<script src="https://d3js.org/d3.v6.min.js"></script>'
@@ -186,8 +186,8 @@ def test_unreachable_registry_degrades_to_the_cdn(tmp_path: Path, monkeypatch: p
 
 def test_cached_packages_are_used_without_the_network(tmp_path: Path) -> None:
     d3 = PACKAGES[0]
-    (tmp_path / d3.folder / 'dist').mkdir(parents=True)
-    (tmp_path / d3.folder / d3.local_path).write_text('// d3')
+    (tmp_path / d3.folder / "dist").mkdir(parents=True)
+    (tmp_path / d3.folder / d3.local_path).write_text("// d3")
     assets = VendorAssets(tmp_path, [d3], [])
     assert assets.rewrite_index(f'<script src="{d3.cdn_url}"></script>') == \
         f'<script src="/_vendor/{d3.folder}/{d3.local_path}"></script>'

@@ -1,0 +1,150 @@
+"""The dashboard's own endpoints, one method each, and the routes that place them.
+
+`DashboardHandlers.routes()` come before labml-app's stock routes, `catch_all_routes()` after
+them (see `labml_app_patches.replace_stock_routes`).  labml-app's modules are imported inside
+the handlers: they may only be imported once `labml_app_patches.load_labml_app` has set it up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import FileResponse, HTMLResponse, Response
+from starlette.routing import Route
+
+from dashboard.assets import VENDOR_ROUTE
+from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, query_int, safe_file
+from dashboard.hyperparams import HyperParamError, HyperParamStore, dynamic_specs, reported_values, validate_changes
+from dashboard.web import BadRequest, json_endpoint
+
+OWN_STATIC = Path(__file__).parent / "static"
+# labml-app sleeps 3 s after each /track to slow clients down (it was built for a shared
+# server); one second keeps live changes snappy and still batches a fast training loop.
+TRACK_THROTTLE_S = 1.0
+
+
+class DashboardHandlers:
+    """What the dashboard answers itself: labml's `/track`, live hyperparameters, and files.
+
+    `static_root` is labml-app's front-end folder, `vendor` the local copies of its CDN
+    libraries by package, `index_html` its page with those links rewritten.
+    """
+
+    def __init__(self, hp_store: HyperParamStore, static_root: Path, vendor: dict[str, Path], index_html: str) -> None:
+        self.hp_store = hp_store
+        self.static_root = static_root
+        self.vendor = vendor
+        self.index_html = index_html
+
+    def routes(self) -> list[Route]:
+        """Routes that go before labml-app's own (the first replaces its `/track`)."""
+        return [
+            Route("/api/v1/{labml_token}/track", json_endpoint(self.track), methods=["POST"]),
+            Route("/api/v1/hyperparams/{run_uuid}", json_endpoint(self.get_hyperparams), methods=["GET"]),
+            Route("/api/v1/hyperparams/{run_uuid}", json_endpoint(self.set_hyperparams), methods=["POST"]),
+            Route("/hyperparams/{run_uuid}", json_endpoint(self.hyperparams_page), methods=["GET"]),
+            Route("/_dashboard/{file_path:path}", json_endpoint(self.own_static), methods=["GET"]),
+            Route(VENDOR_ROUTE + "/{package}/{file_path:path}", json_endpoint(self.vendor_file), methods=["GET"]),
+        ]
+
+    def catch_all_routes(self) -> list[Route]:
+        """Routes that go after every other: any unmatched path is a page of the front-end."""
+        return [Route("/", json_endpoint(self.index), methods=["GET"]),
+                Route("/{file_path:path}", json_endpoint(self.static_or_page), methods=["GET"])]
+
+    async def track(self, request: Request, labml_token: str) -> dict[str, Any]:
+        """labml's client endpoint: the stock handler plus claiming and live hyperparameters."""
+        from labml_app import handlers
+        from labml_app import settings as labml_settings
+        from labml_app.db import project as project_db
+        from labml_app.db import run as run_db
+
+        run_uuid = request.query_params.get("run_uuid", "")
+        rank = query_int(request, "rank")
+        world_size = query_int(request, "world_size")
+        main_rank = query_int(request, "main_rank")
+        packets = await json_body(request)  # the stock handler re-reads the cached body
+        check_packets(packets)
+        if project_db.get_project(labml_token) is None:
+            # The hosted app told unknown tokens to register; locally any token (such as the
+            # documented 'default') files the run under the token-less "float" project, and
+            # it is claimed below.  Otherwise labml's client stops at the first reply.
+            labml_token = labml_settings.FLOAT_PROJECT_TOKEN
+        res: dict[str, Any] = await handlers._update_run(
+            request, labml_token, request.query_params.get("labml_version", ""),
+            run_uuid, rank, world_size, main_rank)
+        if not res.get("errors") and rank == main_rank:
+            r = run_db.get(run_uuid)
+            if r is not None and not r.is_claimed:
+                await handlers.claim_run(request, run_uuid=run_uuid)
+            self.hp_store.set_reported(run_uuid, reported_values(packets))
+            # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
+            res["dynamic"] = self.hp_store.take_pending(run_uuid)
+        await asyncio.sleep(TRACK_THROTTLE_S)
+        return res
+
+    async def get_hyperparams(self, request: Request, run_uuid: str) -> dict[str, Any]:
+        r = self._get_run(run_uuid)
+        state = self.hp_store.get(run_uuid)
+        params = {}
+        for key, spec in sorted(dynamic_specs(r.configs).items()):
+            params[key] = {**spec.to_json(),
+                           # the last value the dashboard sent, else the run's default
+                           "current": state["delivered"].get(key, spec.default),
+                           "pending": state["pending"].get(key),
+                           "reported": state["reported"].get(key)}
+        return {"run_uuid": run_uuid, "name": r.name, "params": params}
+
+    async def set_hyperparams(self, request: Request, run_uuid: str) -> dict[str, Any]:
+        # Requiring a JSON content type makes cross-site forms preflight (and fail CORS).
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            raise BadRequest(415, "expected Content-Type: application/json")
+        r = self._get_run(run_uuid)
+        try:
+            accepted = validate_changes(dynamic_specs(r.configs), await json_body(request))
+        except HyperParamError as e:
+            raise BadRequest(422, str(e)) from None
+        return {"run_uuid": run_uuid, "pending": self.hp_store.add_pending(run_uuid, accepted)}
+
+    async def hyperparams_page(self, request: Request, run_uuid: str) -> Response:
+        check_run_uuid(run_uuid)
+        return FileResponse(OWN_STATIC / "hyperparams.html", media_type="text/html")
+
+    async def own_static(self, request: Request, file_path: str) -> Response:
+        path = safe_file(OWN_STATIC, file_path)
+        if path is None:
+            raise BadRequest(404, f"not found: {file_path[:200]}")
+        return FileResponse(path)
+
+    async def vendor_file(self, request: Request, package: str, file_path: str) -> Response:
+        root = self.vendor.get(package)
+        path = None if root is None else safe_file(root, file_path)
+        if path is None:
+            raise BadRequest(404, f"not found: {package}/{file_path[:200]}")
+        return FileResponse(path)
+
+    async def index(self, request: Request) -> Response:
+        return HTMLResponse(self.index_html)
+
+    async def static_or_page(self, request: Request, file_path: str) -> Response:
+        """labml-app's front-end files; any other path is a page of its single-page app."""
+        if escapes(self.static_root, file_path):
+            raise BadRequest(404, "not found: path leaves the static folder")
+        if file_path == "api" or file_path.startswith("api/"):
+            raise BadRequest(404, f"no such API endpoint: /{file_path[:200]}")
+        path = safe_file(self.static_root, file_path)
+        if path is None or path.name == "index.html":
+            return HTMLResponse(self.index_html)
+        return FileResponse(path)
+
+    def _get_run(self, run_uuid: str) -> Any:
+        from labml_app.db import run as run_db
+
+        check_run_uuid(run_uuid)
+        r = run_db.get(run_uuid)
+        if r is None:
+            raise BadRequest(404, f"unknown run {run_uuid}")
+        return r

@@ -1,0 +1,97 @@
+"""Everything the dashboard changes in labml-app's stock app, kept in one place.
+
+labml-app builds its FastAPI app when `labml_app.flask_app` is imported, set up for a hosted
+server; `load_labml_app` imports it with our store and without its start-up git lookup, and
+the other functions adjust the app it built: its routes, its error middleware, its CORS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.routing import BaseRoute
+
+from dashboard import store
+
+
+def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None) -> ModuleType:
+    """Import labml-app with its models in files under `file_store` or, given `mongo_url`, in
+    that MongoDB (labml-app's own set-up, pointed there); returns its `flask_app` module.
+
+    labml-app builds its app object at import, so this can run once per process.
+    """
+    # labml_app.settings reads these at import; they only feed its CORS origin.
+    os.environ.setdefault("LABML_APP_SERVER_IP", host)
+    os.environ.setdefault("LABML_APP_SERVER_PORT", str(port))
+    from labml_app import db
+
+    # flask_app calls db.init_mongo_db() with no address (so localhost) as it is imported.
+    stock_init_mongo_db = db.init_mongo_db
+    if mongo_url is None:
+        db.init_mongo_db = lambda *a, **kw: store.use_file_store(file_store)
+    else:
+        db.init_mongo_db = lambda *a, **kw: stock_init_mongo_db(mongo_url)
+    from labml_app.logger import logger as labml_app_logger
+
+    # It logs every request at INFO level.
+    labml_app_logger.setLevel(logging.WARNING)
+    with no_git_lookup():
+        from labml_app import flask_app
+    return flask_app
+
+
+@contextlib.contextmanager
+def no_git_lookup() -> Iterator[None]:
+    """While labml-app is imported, make its start-up git lookup see "no repository".
+
+    It reads the HEAD commit of whatever repository the working directory is in, only
+    to log it on hosted deployments, and crashes in a repository without commits.
+    """
+    import git
+
+    def no_repo(*args: Any, **kwargs: Any) -> None:
+        raise git.InvalidGitRepositoryError("not looked up by the local dashboard")
+
+    original = git.Repo
+    git.Repo = no_repo  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        git.Repo = original  # type: ignore[misc]
+
+
+def replace_stock_routes(flask_app: ModuleType, first: Sequence[BaseRoute], last: Sequence[BaseRoute]) -> None:
+    """Put `first` before labml-app's routes and `last` after them, dropping the stock routes
+    they replace: the index page, the static-file route (it served any file on the machine
+    through an encoded ``..``) and `/track`."""
+    from labml_app import handlers
+
+    app = flask_app.app
+    replaced = {flask_app.index, flask_app.send_js, handlers.update_run}
+    stock: list[BaseRoute] = [r for r in app.router.routes if getattr(r, "endpoint", None) not in replaced]
+    # Order matters: a catch-all page route must come last.
+    app.router.routes[:] = [*first, *stock, *last]
+
+
+def drop_stock_error_middleware(flask_app: ModuleType) -> None:
+    """labml-app's own error middleware answers every failure with a 500 and a stack trace;
+    without it, `web.answer_errors_as_json` answers bad input with a 4xx and logs real failures
+    on the server only."""
+    app = flask_app.app
+    app.user_middleware[:] = [m for m in app.user_middleware
+                              if m.kwargs.get("dispatch") is not flask_app.error_handling_middleware]
+
+
+def trust_only_origin(flask_app: ModuleType, origin: str) -> None:
+    """labml-app lets https://app.labml.ai make credentialed requests; a local dashboard that
+    can change a training run's hyperparameters should only trust its own pages."""
+    for middleware in flask_app.app.user_middleware:
+        if middleware.cls is CORSMiddleware:
+            middleware.kwargs["allow_origins"] = [origin]
