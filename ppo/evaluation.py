@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from game.atari import EpisodeStats, Game, GameSpec, StepResult
+from ppo.checkpoint import check_fits, saved_n_actions
 from ppo.model import ActorCritic, sample_actions
 
 VIDEO_SCALE = 3
@@ -288,14 +289,13 @@ def summarize(scores: list[float]) -> dict[str, float]:
 
 
 def model_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str = "cpu") -> ActorCritic:
-    """The actor-critic of a checkpoint written by `Trainer.state_dict`, on `device`, in eval mode."""
-    config = checkpoint["config"]
-    n_actions = checkpoint.get("n_actions")
-    weights = checkpoint["model"]
-    if n_actions is None:  # older checkpoints: read it off the policy head
-        n_actions = int(weights["policy.bias"].shape[0])
-    model = ActorCritic(int(n_actions), int(config["frame_stack"]))
-    model.load_state_dict(weights)
+    """The actor-critic of a checkpoint written by `Trainer.state_dict`, on `device`, in eval mode.
+
+    Built from the checkpoint's own action count and frame stack; `CheckpointError` when its
+    weights do not fit them (a hand-edited or foreign file), `KeyError` when it lacks the config."""
+    n_actions, frame_stack = saved_n_actions(checkpoint), int(checkpoint["config"]["frame_stack"])
+    model = ActorCritic(n_actions, frame_stack)
+    check_fits(checkpoint, n_actions, frame_stack, into=model)
     return model.to(torch.device(device)).eval()
 
 
