@@ -45,6 +45,11 @@ def not_empty(v: Any) -> str | None:
     return None if str(v).strip() else "a non-empty string"
 
 
+def device_name(v: Any) -> str | None:
+    """How `--device` is spelled; whether that device is here is torch's to say (`ppo.trainer.resolve_device`)."""
+    return None if v in ("auto", "cpu", "cuda") or (isinstance(v, str) and re.fullmatch(r"cuda:[0-9]+", v)) else "auto, cpu, cuda or cuda:N"
+
+
 def one_of(*choices: str) -> Check:
     def check(v: Any) -> str | None:
         return None if v in choices else f"one of {', '.join(choices)}"
@@ -220,9 +225,8 @@ def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None
         raise ConfigError("total_env_steps", config.total_env_steps,
                           f"at least one batch of {config.batch_size} steps (n_workers {config.n_workers} × "
                           f"envs_per_worker {config.envs_per_worker} × worker_steps {config.worker_steps})")
-    device = config.device
-    if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
-        raise ConfigError("device", device, "auto, cpu, cuda or cuda:N")
+    if (accepted := device_name(config.device)) is not None:
+        raise ConfigError("device", config.device, accepted)
     if config.ray_address is not None:
         if config.backend != "ray":
             raise ConfigError("ray_address", config.ray_address, "to be given with --backend ray")

@@ -22,9 +22,11 @@ from typing import Any, NoReturn
 import torch
 
 from configs.cli import OneLineParser, fail
+from configs.ppo import ConfigError
 from experiments.run.folders import checkpoint_path, find_run
 from ppo.checkpoint import CheckpointError, load_checkpoint
 from ppo.evaluation import DEFAULT_GREEDY_EPSILON, evaluation_spec, model_from_checkpoint, play_games, summarize
+from ppo.trainer import resolve_device
 
 _UUID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -59,17 +61,10 @@ def _epsilon(text: str | None, greedy: bool) -> float:
 
 
 def _device(text: str) -> torch.device:
-    if not (text in ("auto", "cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit())):
-        _bad("--device", text, "auto, cpu, cuda or cuda:N")
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(text)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            _bad("--device", text, "cpu or auto (no CUDA device here)")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            _bad("--device", text, f"cuda:0 … cuda:{torch.cuda.device_count() - 1}")
-    return device
+    try:
+        return resolve_device(text)
+    except ConfigError as e:
+        _bad("--device", text, e.accepted)
 
 
 def _video_path(text: str | None) -> Path | None:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from configs.ppo import PPOConfig, live_ranges
+from configs.ppo import ConfigError, PPOConfig, device_name, live_ranges
 from game.pool import EnvPool, PoolError, StepBatch
 from ppo.checkpoint import check_fits
 from ppo.losses import explained_variance, ppo_loss
@@ -62,9 +62,19 @@ class WorkerKeepsFailing(RuntimeError):
 
 
 def resolve_device(name: str) -> torch.device:
+    """The torch device `--device` names (`configs.ppo.device_name`): auto is CUDA when present,
+    else the CPU. `ConfigError` when the name is malformed or names a CUDA device not here."""
+    if (accepted := device_name(name)) is not None:
+        raise ConfigError("device", name, accepted)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("device", name, "cpu or auto (no CUDA device here)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError("device", name, f"cuda:0 … cuda:{torch.cuda.device_count() - 1}")
+    return device
 
 
 class Trainer:
