@@ -45,6 +45,11 @@ def not_empty(v: Any) -> str | None:
     return None if str(v).strip() else "a non-empty string"
 
 
+def device_name(v: Any) -> str | None:
+    """How `--device` is spelled; whether that device is here is torch's to say (`ppo.devices.resolve_device`)."""
+    return None if v in ("auto", "cpu", "cuda") or (isinstance(v, str) and re.fullmatch(r"cuda:[0-9]+", v)) else "auto, cpu, cuda or cuda:N"
+
+
 def one_of(*choices: str) -> Check:
     def check(v: Any) -> str | None:
         return None if v in choices else f"one of {', '.join(choices)}"
@@ -108,7 +113,7 @@ class PPOConfig:
 
     # ---- the run ----
     seed: int = hp(0, "run seed: derives every env seed and the trainer's numpy/torch seeds", non_negative)
-    device: str = hp("auto", "auto (CUDA when present), cpu, cuda or cuda:N", run_option=True)
+    device: str = hp("auto", "auto (CUDA when present), cpu, cuda or cuda:N", device_name, run_option=True)
     torch_threads: int = hp(0, "trainer's torch threads for optimisation; 0 = one per core", non_negative, run_option=True)
     sample_threads: int = hp(1, "torch threads for inference while sampling (a batch of n_envs is too small to split)", positive, run_option=True)
     overlap_sampling: bool = hp(True, "step half the workers while the network acts for the other half (needs ≥ 2 workers)", run_option=True)
@@ -203,20 +208,10 @@ def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None
     if game_exists is not None and not game_exists(config.game):
         raise ConfigError("game", config.game, "an ALE game such as Breakout or Pong, or an id like ALE/Breakout-v5")
     _check_sizes(config)
-    if not is_device_name(config.device):
-        raise ConfigError("device", config.device, DEVICE_NAMES)
     _check_backend(config)
     if config.dashboard is not None and not config.dashboard.startswith(("http://", "https://")):
         raise ConfigError("dashboard", config.dashboard, "an http(s) URL such as http://127.0.0.1:5005/api/v1/default")
     return config
-
-
-DEVICE_NAMES = "auto, cpu, cuda or cuda:N"
-
-
-def is_device_name(device: str) -> bool:
-    """Whether `device` is one of DEVICE_NAMES (whether that device exists is torch's to say)."""
-    return device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())
 
 
 def _check_field(f: dataclasses.Field[Any], value: Any) -> None:

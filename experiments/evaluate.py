@@ -24,6 +24,7 @@ import torch
 from configs.cli import OneLineParser, fail
 from configs.ppo import ConfigError
 from experiments.run.folders import checkpoint_path, find_run
+from game.atari import EpisodeStats, is_known_game
 from ppo.checkpoint import CheckpointError, load_checkpoint
 from ppo.devices import resolve_device
 from ppo.evaluation import DEFAULT_GREEDY_EPSILON, evaluation_spec, model_from_checkpoint, play_games, summarize
@@ -177,8 +178,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         _bad(option, value,
              f"a checkpoint written by python -m experiments.breakout (its config or weights do not fit: {e})")
-    from game.atari import EpisodeStats, is_known_game
-
     if not is_known_game(spec.game):
         _bad(option, value, f"a checkpoint of an ALE game (its config names {spec.game!r})")
 

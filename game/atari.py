@@ -14,7 +14,7 @@ Two streams leave a game and must not be mixed:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
 
@@ -69,6 +69,10 @@ class StepResult(NamedTuple):
     truncated: bool  # time limit: bootstrap from `final_observation`, do not treat as terminal
     episode: EpisodeStats | None  # set when a whole game ended at this step
     final_observation: np.ndarray | None  # the truncated state's observation (copy)
+
+
+# (RGB screen (210, 160, 3) uint8, a fresh array; new_game: the frame a reset ends on, the next game's first)
+FrameObserver = Callable[[np.ndarray, bool], None]
 
 
 def gym_id(game: str) -> str:
@@ -128,6 +132,9 @@ class Game:
         self._lives = 0
         self._score = 0.0
         self._length = 0
+        # Sees the RGB screen after every action repeat: a video's frames, which the grayscale
+        # observation cannot give. Set it to film; while None the screen is never read.
+        self.on_frame: FrameObserver | None = None
         self.reset()
 
     @property
@@ -152,7 +159,7 @@ class Game:
 
     # -- stepping -------------------------------------------------------------------------------
 
-    def _repeat(self, ale_action: Any) -> float:
+    def _repeat(self, ale_action: Any, new_game: bool = False) -> float:
         """Repeat one action `frame_skip` frames; push max(last two frames) onto the stack."""
         skip = self.spec.frame_skip
         reward = 0.0
@@ -170,6 +177,8 @@ class Game:
         stack = self.observation
         stack[:-1] = stack[1:]  # oldest frame first, newest last
         cv2.resize(raw[0], (FRAME_SIZE, FRAME_SIZE), dst=stack[-1], interpolation=cv2.INTER_AREA)
+        if self.on_frame is not None:
+            self.on_frame(self._ale.getScreenRGB(), new_game)
         return reward
 
     def reset(self) -> np.ndarray:
@@ -183,7 +192,8 @@ class Game:
         self._score = 0.0
         self._length = 0
         self._lives = self._ale.lives()
-        self._score += self._repeat(self._fire if (self.spec.fire_on_reset and self._fire is not None) else self._noop)
+        # `step` resets by itself at game over: `new_game` tells an observer this frame opens the next game.
+        self._score += self._repeat(self._fire if (self.spec.fire_on_reset and self._fire is not None) else self._noop, new_game=True)
         self.observation[:-1] = self.observation[-1]
         self._lives = self._ale.lives()
         return self.observation

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from configs.ppo import DEVICE_NAMES, ConfigError, is_device_name
+from configs.ppo import ConfigError, device_name
 
 
 def resolve_device(name: str) -> torch.device:
     """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`; `ConfigError` naming `--device` when
     the name is not one of those or this machine has no such device — before anything starts."""
-    if not is_device_name(name):
-        raise ConfigError("device", name, DEVICE_NAMES)
+    if (accepted := device_name(name)) is not None:
+        raise ConfigError("device", name, accepted)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)

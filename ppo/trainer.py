@@ -20,7 +20,7 @@ from torch import nn
 
 from configs.ppo import PPOConfig, live_ranges
 from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
-from ppo.checkpoint import CheckpointError
+from ppo.checkpoint import check_fits
 from ppo.losses import explained_variance, ppo_loss
 from ppo.model import ActorCritic, sample_actions
 from ppo.rollout import Batch, Rollout
@@ -307,13 +307,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a checkpoint; `CheckpointError` if it belongs to another game or model."""
-        if state.get("n_actions") != self.pool.n_actions or state["config"]["frame_stack"] != self.config.frame_stack:
-            raise CheckpointError(f"checkpoint is for a model with {state.get('n_actions')} actions and "
-                                  f"{state['config']['frame_stack']} frames, this run has {self.pool.n_actions} and {self.config.frame_stack}")
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as e:
-            raise CheckpointError(f"checkpoint does not fit this model: {str(e).splitlines()[0]}") from None
+        check_fits(state, self.pool.n_actions, self.config.frame_stack, self.config.game, into=self.model)
         self.optimizer.load_state_dict(state["optimizer"])
         self.update = state["update"]
         self.env_steps = state["env_steps"]

@@ -18,10 +18,12 @@ import cv2
 import pytest
 import torch
 
-from configs.ppo import PPOConfig
+from configs.ppo import ConfigError, PPOConfig, device_name
 from experiments.evaluate import main
 from game.atari import Game, GameSpec
-from ppo.evaluation import DEFAULT_GREEDY_EPSILON, play_games, record_training_video
+from ppo.checkpoint import CheckpointError, check_fits
+from ppo.devices import resolve_device
+from ppo.evaluation import DEFAULT_GREEDY_EPSILON, model_from_checkpoint, play, play_games, record_training_video
 from ppo.model import ActorCritic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,8 +205,8 @@ def test_scores_are_the_sum_of_unclipped_rewards_and_replay_exactly() -> None:
         assert stats.length == len(steps[index])
         assert stats.score == sum(reward for _, reward in steps[index])
 
-    # A plain Game with the same seed and the same actions plays the same first game: the
-    # recording subclass changes nothing about the game.
+    # A plain Game with the same seed and the same actions plays the same first game: playing
+    # through a policy changes nothing about the game.
     game = Game(dataclasses.replace(spec, seed=7, clip_rewards=False))
     episode = None
     for t, (action, reward) in enumerate(steps[0]):
@@ -263,3 +265,97 @@ def test_training_hook_films_one_game_into_the_run_folder(tmp_path: Path) -> Non
     assert (frames[0].shape[1], frames[0].shape[0]) == VIDEO_SIZE
     assert len(frames) == metrics["eval_length"] + 1 + 4
     assert metrics["eval_score"] >= 0
+
+
+def test_play_takes_any_policy_and_only_unclipped_games() -> None:
+    game = Game(GameSpec(seed=1, clip_rewards=False))
+    seen: list[int] = []
+    try:
+        results = play(lambda observation: seen.append(observation.shape[0]) or 0, game, games=2, max_steps=4)
+    finally:
+        game.close()
+    assert [(r.length, r.truncated) for r in results] == [(4, True), (4, True)]
+    assert seen == [4] * 8  # one (frame_stack, 84, 84) observation per step
+    clipped = Game(GameSpec(seed=1))
+    try:
+        with pytest.raises(ValueError, match="clip_rewards"):
+            play(lambda observation: 0, clipped, games=1)
+    finally:
+        clipped.close()
+
+
+# -- the frame hook filming uses -----------------------------------------------------------------
+
+def test_frame_observer_sees_every_repeat_and_marks_the_frame_a_reset_makes() -> None:
+    game = Game(GameSpec(seed=0))
+    frames: list[tuple[tuple[int, ...], bool]] = []
+    try:
+        game.on_frame = lambda rgb, new_game: frames.append((rgb.shape, new_game))
+        game.step(0)
+        assert frames == [((210, 160, 3), False)]
+        game.reset()
+        assert frames[1:] == [((210, 160, 3), True)]
+        game.on_frame = None
+        game.step(0)
+        assert len(frames) == 2
+    finally:
+        game.close()
+
+
+# -- checkpoints: does it fit, and the model back ------------------------------------------------
+
+def _checkpoint(n_actions: int = 4, frame_stack: int = 4, record_actions: bool = True) -> dict:
+    checkpoint = {"config": {"frame_stack": frame_stack}, "model": ActorCritic(n_actions, frame_stack).state_dict()}
+    if record_actions:
+        checkpoint["n_actions"] = n_actions
+    return checkpoint
+
+
+def test_check_fits_names_what_does_not_fit_and_moves_no_random_stream() -> None:
+    checkpoint = _checkpoint()
+    rng_state = torch.get_rng_state()
+    check_fits(checkpoint, 4, 4, "Breakout")
+    assert torch.equal(torch.get_rng_state(), rng_state)
+    with pytest.raises(CheckpointError, match=r"^the checkpoint's model has 4 actions; Pong has 6$"):
+        check_fits(checkpoint, 6, 4, "Pong")
+    with pytest.raises(CheckpointError, match="stacks 4 frames; this config stacks 2"):
+        check_fits(checkpoint, 4, 2)
+    checkpoint["model"]["value.bias"] = torch.zeros(3)
+    with pytest.raises(CheckpointError, match="does not fit this config"):
+        check_fits(checkpoint, 4, 4)
+
+
+def test_check_fits_loads_into_the_model_given() -> None:
+    checkpoint = _checkpoint(record_actions=False)  # older checkpoints: the count is read off the policy head
+    model = ActorCritic(4)
+    check_fits(checkpoint, 4, 4, into=model)
+    assert all(torch.equal(t, checkpoint["model"][k]) for k, t in model.state_dict().items())
+
+
+def test_model_from_checkpoint_is_the_saved_model_in_eval_mode() -> None:
+    checkpoint = _checkpoint(n_actions=6, frame_stack=2)
+    model = model_from_checkpoint(checkpoint)
+    assert not model.training and model.n_actions == 6
+    assert all(torch.equal(t, checkpoint["model"][k]) for k, t in model.state_dict().items())
+    checkpoint["n_actions"] = 4  # a hand-edited file
+    with pytest.raises(CheckpointError, match="does not fit"):
+        model_from_checkpoint(checkpoint)
+
+
+# -- device names ----------------------------------------------------------------------------------
+
+def test_device_names_are_spelled_once_and_resolved_once() -> None:
+    for good in ("auto", "cpu", "cuda", "cuda:0", "cuda:12"):
+        assert device_name(good) is None, good
+    for bad in ("tpu", "", "cuda:", "cuda:x", "cuda:²", "CPU", None):
+        assert device_name(bad) == "auto, cpu, cuda or cuda:N", bad
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ConfigError, match=r"^--device tpu: expected auto, cpu, cuda or cuda:N$"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"no CUDA device here"):
+            resolve_device("cuda:0")
+    else:
+        with pytest.raises(ConfigError, match=r"cuda:0 … cuda:"):
+            resolve_device(f"cuda:{torch.cuda.device_count()}")

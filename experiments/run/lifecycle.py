@@ -30,9 +30,9 @@ from experiments.run.stopping import GracefulStop
 from game.atari import is_known_game, make_ale_env
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
+from ppo.checkpoint import check_fits as check_model_fits
 from ppo.devices import resolve_device
 from ppo.evaluation import record_training_video
-from ppo.model import ActorCritic
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer
 
@@ -69,13 +69,10 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
 
 def check_fits(checkpoint: dict[str, Any], config: PPOConfig) -> None:
     """Refuse, before anything starts, a checkpoint whose model cannot play this game."""
-    n_actions = make_ale_env(config.game).action_space.n
-    if checkpoint.get("n_actions") != n_actions:
-        raise CheckpointError(f"the checkpoint's model has {checkpoint.get('n_actions')} actions; {config.game} has {n_actions}")
-    try:
-        ActorCritic(n_actions, config.frame_stack).load_state_dict(checkpoint["model"])
-    except RuntimeError as e:
-        raise CheckpointError(f"the checkpoint's model does not fit this config: {str(e).splitlines()[0]}") from None
+    env = make_ale_env(config.game)
+    n_actions = int(env.action_space.n)
+    env.close()
+    check_model_fits(checkpoint, n_actions, config.frame_stack, config.game)
 
 
 @dataclass(frozen=True)

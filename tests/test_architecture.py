@@ -1,0 +1,56 @@
+"""The import graph points one way. Read from the source (every import statement, those inside
+functions too), so a shortcut added anywhere fails here rather than in a reviewer's head."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+OURS = {"configs", "game", "ppo", "dashboard", "experiments"}
+
+# What each package may import of ours (itself always). Third-party rules ride along: the env
+# workers (game/) and the settings (configs/) never load torch.
+ALLOWED = {
+    "configs": set(),
+    "game": set(),
+    "ppo": {"configs", "game"},
+    "dashboard": {"configs"},  # an app of its own: nothing of the learner
+    "experiments": {"configs", "game", "ppo", "dashboard"},
+}
+FORBIDDEN_THIRD_PARTY = {"configs": {"torch", "gymnasium", "ale_py"}, "game": {"torch"}}
+
+
+def imported_packages(path: Path) -> set[str]:
+    """Top-level names of every module `path` imports (absolute imports; relative ones stay inside)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    """package → the packages its modules import (ours and third-party)."""
+    graph: dict[str, set[str]] = {}
+    for package in ALLOWED:
+        for path in (REPO / package).rglob("*.py"):
+            graph.setdefault(package, set()).update(imported_packages(path))
+    return graph
+
+
+def test_imported_packages_reads_every_kind_of_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import os, game.atari\nfrom ppo.model import X\nfrom . import sibling\n\ndef f():\n    import torch\n")
+    assert imported_packages(module) == {"os", "game", "ppo", "torch"}
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_point_one_way(package: str) -> None:
+    imported = import_graph()[package]
+    assert (imported & OURS) - {package} <= ALLOWED[package], f"{package}/ imports {sorted((imported & OURS) - {package} - ALLOWED[package])}"
+    assert not imported & FORBIDDEN_THIRD_PARTY.get(package, set()), f"{package}/ imports {sorted(imported & FORBIDDEN_THIRD_PARTY[package])}"
