@@ -22,7 +22,7 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "dev": ["pytest>=8", "hypothesis>=6", "ruff>=0.5"],
+        "dev": ["pytest>=8", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10"],
         # Env workers as Ray actors and sweeps on a cluster (--backend ray, experiments.sweep).
         "ray": ["ray>=2.9"],
         # The peer in learning curves: SB3's PPO with the rl-zoo Atari settings (experiments.curves --peer sb3).

@@ -66,7 +66,7 @@ def _spec_from_computed(key: str, computed: Any) -> DynamicParamSpec | None:
     default = computed.get("default")
     if dynamic_type not in ("float", "int") or not isinstance(rng, (list, tuple)) or len(rng) != 2:
         return None
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (*rng, default)):
+    if not isinstance(default, (int, float)) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (*rng, default)):
         return None
     return DynamicParamSpec(key=key, dynamic_type=dynamic_type, default=default, low=rng[0], high=rng[1])
 

@@ -38,7 +38,7 @@ from torch import nn
 
 from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import PPOConfig
-from experiments import process_table
+from experiments.run import process_table
 from game.atari import gym_id, is_known_game
 from game.vector import EnvPool, game_specs, make_pool
 from ppo.devices import resolve_device
@@ -159,7 +159,7 @@ def measure_ale_vector(config: PPOConfig, duration: float) -> dict[str, Any]:
     from ale_py.vector_env import AtariVectorEnv
 
     threads = os.cpu_count() or 1
-    settings = {
+    settings: dict[str, Any] = {
         "num_threads": threads, "frameskip": config.frame_skip, "maxpool": True, "img_height": 84,
         "img_width": 84, "grayscale": True, "stack_num": config.frame_stack, "noop_max": config.noop_max,
         "repeat_action_probability": 0.0, "full_action_space": False,
@@ -172,7 +172,7 @@ def measure_ale_vector(config: PPOConfig, duration: float) -> dict[str, Any]:
     env = AtariVectorEnv(ale_rom_name(config.game), config.n_envs, **settings)
     try:
         env.reset(seed=config.seed)
-        n_actions = int(env.single_action_space.n)
+        n_actions = int(env.single_action_space.n)  # type: ignore[attr-defined]  # a Discrete space
         rng = np.random.default_rng(config.seed)
         actions = rng.integers(0, n_actions, (256, config.n_envs), dtype=np.int32)
         t = [0]
@@ -245,7 +245,7 @@ def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, fram
                    ) -> tuple[Callable[[], None], Callable[[], None]]:
     """(one inference step at batch n_envs, one training step at the minibatch size) on a fresh model."""
     torch.manual_seed(config.seed)
-    model = ActorCritic(n_actions, config.frame_stack).to(device, memory_format=memory_format)
+    model = ActorCritic(n_actions, config.frame_stack).to(device, memory_format=memory_format)  # type: ignore[call-overload]
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
     mb = config.minibatch_size
     x = torch.randint(0, 256, (mb, *frames.shape[1:]), dtype=torch.uint8, generator=generator)

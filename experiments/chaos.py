@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from configs.cli import OneLineParser, fail
-from experiments import process_table
+from experiments.run import process_table
 from ppo.checkpoint import load_checkpoint
 
 MARK = "BREAKOUT_CHAOS_MARK"
@@ -36,7 +36,7 @@ MARK = "BREAKOUT_CHAOS_MARK"
 def worker_pids(trainer_pid: int, min_age_s: float = 1.0) -> list[int]:
     """The game workers (children of the trainer's forkserver) that have been up for a while: a
     replacement still starting is retried by the pool itself, not replaced, so it is spared."""
-    workers = []
+    workers: list[int] = []
     for child in process_table.children(trainer_pid):
         try:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
@@ -77,7 +77,8 @@ def wait_for_checkpoint(run: subprocess.Popen[str], data_dir: Path, after: float
 def interrupted_run(runner: Runner, rng: random.Random, interruptions: int, kills: int) -> dict[str, Any]:
     """Run to the end, SIGTERM-ing it `interruptions` times (resuming each time) and SIGKILL-ing
     `kills` random workers along the way."""
-    resumes, kills_done, run_uuid, args = 0, 0, None, ()
+    resumes, kills_done, run_uuid = 0, 0, None
+    args: tuple[str, ...] = ()
     while True:
         started = time.time()
         run = runner.start(*args)

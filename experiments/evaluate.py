@@ -116,7 +116,7 @@ def resolve_checkpoint(run: str | None, checkpoint: str | None,
             _bad("--checkpoint", checkpoint, f"a checkpoint of run {run}, i.e. a file under {run_dir}/ (or drop --run)")
         option, value = "--checkpoint", checkpoint
     else:
-        assert run_dir is not None
+        assert run_dir is not None and run is not None
         path = checkpoint_path(run_dir)
         option, value = "--run", run
     try:
@@ -166,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     games = _int("--games", args.games, 1)
     seed = _int("--seed", args.seed, 0)
+    assert games is not None and seed is not None  # both have defaults, so never none
     max_steps = _int("--max-steps", args.max_steps, 1, allow_none=True)
     epsilon = _epsilon(args.epsilon, args.greedy)
     device = _device(args.device)

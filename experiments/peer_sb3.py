@@ -25,7 +25,7 @@ from configs.cli import OneLineParser, fail
 from experiments.run.games_csv import GamesCsv
 
 ENV_ID = "BreakoutNoFrameskip-v4"
-ZOO_ATARI = {"n_steps": 128, "n_epochs": 4, "batch_size": 256, "vf_coef": 0.5, "ent_coef": 0.01}
+ZOO_ATARI: dict[str, Any] = {"n_steps": 128, "n_epochs": 4, "batch_size": 256, "vf_coef": 0.5, "ent_coef": 0.01}
 ZOO_N_ENVS = 8
 ZOO_LEARNING_RATE = 2.5e-4  # lin_2.5e-4
 ZOO_CLIP_RANGE = 0.1  # lin_0.1

@@ -286,6 +286,40 @@ def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
             writer.writerow({**r, "rank": rank, SCORE: r.get("score")})
 
 
+def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], PPOConfig, list[dict[str, Any]], float, str | None]:
+    """Everything a sweep will run, checked before anything starts: (search space, the settings
+    every trial shares, their config, the trials, CPUs per trial, the cluster's address)."""
+    overrides = overrides_from_args(args)
+    space, fixed_from_file = search_space(args)
+    address = overrides.pop("ray_address", None)  # the sweep's cluster; trials use the sweep's connection
+    if "ray_address" in fixed_from_file or "ray_address" in space.grid or "ray_address" in space.random:
+        raise SweepError("ray_address is the sweep's cluster (--ray-address), not a trial setting")
+    fixed = {**fixed_from_file, **overrides}
+    if args.workers_per_trial is not None:
+        fixed["n_workers"] = args.workers_per_trial
+    base = config_from_overrides(fixed, game_exists=is_known_game)  # the fixed part alone must be valid
+    fixed["data_dir"] = str(Path(base.data_dir).resolve())  # trials run elsewhere (another cwd, another node)
+    trials = space.trials()
+    for params in trials:  # every trial is checked before anything starts
+        config_from_overrides({**fixed, **params}, game_exists=is_known_game)
+    cpus = args.cpus_per_trial if args.cpus_per_trial is not None else base.n_workers + 1
+    if not (math.isfinite(cpus) and cpus > 0):
+        raise SweepError(f"--cpus-per-trial {cpus:g}: expected a number > 0")
+    if "torch_threads" not in fixed and "torch_threads" not in space.grid and "torch_threads" not in space.random:
+        fixed["torch_threads"] = max(1, int(cpus))  # the trial's share, not every core of its node
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise SweepError(f"--max-concurrent {args.max_concurrent}: expected an integer ≥ 1")
+    if args.max_retries < 0:
+        raise SweepError(f"--max-retries {args.max_retries}: expected an integer ≥ 0")
+    if address is not None:
+        config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
+    from game.vector.ray_actors import ray_installed
+
+    if not ray_installed():
+        raise SweepError('sweeps run on Ray, which is not installed: pip install -e ".[ray]"')
+    return space, fixed, base, trials, cpus, address
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser: OneLineParser = build_parser(PROG, "Grid or random search over PPO hyperparameters, each trial a labml run, on Ray. "
                                                "Hyperparameter options below are fixed for every trial; "
@@ -307,38 +341,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="re-run a trial whose process or node died up to N times (it resumes from its checkpoint)")
     group.add_argument("--csv", metavar="PATH", help="where the results table goes (default <data_dir>/<name>/sweep-<time>.csv)")
     args = parser.parse_args(argv)
-
     try:
-        overrides = overrides_from_args(args)
-        space, fixed_from_file = search_space(args)
-        address = overrides.pop("ray_address", None)  # the sweep's cluster; trials use the sweep's connection
-        if "ray_address" in fixed_from_file or "ray_address" in space.grid or "ray_address" in space.random:
-            raise SweepError("ray_address is the sweep's cluster (--ray-address), not a trial setting")
-        fixed = {**fixed_from_file, **overrides}
-        if args.workers_per_trial is not None:
-            fixed["n_workers"] = args.workers_per_trial
-        base = config_from_overrides(fixed, game_exists=is_known_game)  # the fixed part alone must be valid
-        fixed["data_dir"] = str(Path(base.data_dir).resolve())  # trials run elsewhere (another cwd, another node)
-        trials = space.trials()
-        for params in trials:  # every trial is checked before anything starts
-            config_from_overrides({**fixed, **params}, game_exists=is_known_game)
-        cpus = args.cpus_per_trial if args.cpus_per_trial is not None else base.n_workers + 1
-        if not (math.isfinite(cpus) and cpus > 0):
-            raise SweepError(f"--cpus-per-trial {cpus:g}: expected a number > 0")
-        if "torch_threads" not in fixed and "torch_threads" not in space.grid and "torch_threads" not in space.random:
-            fixed["torch_threads"] = max(1, int(cpus))  # the trial's share, not every core of its node
-        if args.max_concurrent is not None and args.max_concurrent < 1:
-            raise SweepError(f"--max-concurrent {args.max_concurrent}: expected an integer ≥ 1")
-        if args.max_retries < 0:
-            raise SweepError(f"--max-retries {args.max_retries}: expected an integer ≥ 0")
-        if address is not None:
-            config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
-        from game.vector.ray_actors import ray_installed
-
-        if not ray_installed():
-            raise SweepError('sweeps run on Ray, which is not installed: pip install -e ".[ray]"')
+        plan = plan_sweep(args)
     except (ConfigError, SweepError) as e:
         fail(str(e))
+    space, fixed, base, trials, cpus, address = plan
 
     import ray
 

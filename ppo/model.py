@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import torch
 from torch import nn
 
+L = TypeVar("L", nn.Conv2d, nn.Linear)  # a layer with weight and bias (both are made with bias=True here)
 
-def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
+
+def _orthogonal(layer: L, gain: float) -> L:
     # Orthogonal weights keep activations' scale through the trunk (Saxe et al. 2013); the small
     # policy gain makes the initial policy near-uniform, so early exploration is not biased.
     nn.init.orthogonal_(layer.weight, gain)
+    assert layer.bias is not None
     nn.init.zeros_(layer.bias)
     return layer
 
@@ -40,7 +44,7 @@ class ActorCritic(nn.Module):
         self.value = _orthogonal(nn.Linear(512, 1), 1.0)
         self.n_actions = n_actions
         if channels_last:
-            self.to(memory_format=torch.channels_last)
+            self.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs omit it
 
     def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if observations.dtype != torch.uint8:

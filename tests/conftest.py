@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from configs.ppo import PPOConfig
-from experiments import process_table
+from experiments.run import process_table
 from game.vector import PipePool, game_specs
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
@@ -90,3 +90,19 @@ def ray_instance() -> Iterator[object]:
         yield ray
     finally:
         ray.shutdown()
+
+
+# What the fast selection (`-m "not slow and not ray and not browser"`) leaves out, by what a test
+# uses rather than by a list kept by hand: a whole command-line session, a dashboard server, a Ray.
+SLOW_FIXTURES = {"cli", "dashboard", "finished_run", "pool_stack"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+        if "ray_instance" in fixtures:
+            item.add_marker(pytest.mark.ray)
+        if item.path.name == "test_browser.py":
+            item.add_marker(pytest.mark.browser)

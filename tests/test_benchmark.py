@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import process_table
 from experiments.benchmark import JSON_KEYS, RATE_KEYS, bound_sps
+from experiments.run import process_table
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--n-workers", "2", "--worker-steps", "8", "--epochs", "2", "--minibatches", "2",
@@ -41,6 +41,7 @@ def _assert_nothing_left(marker: str, children_before: set[int]) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_benchmark_prints_consistent_json_and_leaves_no_process() -> None:
     marker = uuid.uuid4().hex
     before = set(process_table.children(os.getpid()))

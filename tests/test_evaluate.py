@@ -70,6 +70,7 @@ def _files(root: Path) -> set[Path]:
 
 # -- the real CLI ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_plays_a_whole_game_and_films_it(run: dict[str, str], tmp_path: Path) -> None:
     video = tmp_path / "x.mp4"
     done = _cli("experiments.evaluate", "--run", run["uuid"], "--data-dir", run["data_dir"], "--games", "1",

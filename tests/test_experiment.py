@@ -74,6 +74,7 @@ def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Pa
     assert cli.leftovers() == []
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_first_rollout() -> None:
     def first_rollout(seed: int) -> dict[str, np.ndarray]:
         return train_from_seed(PPOConfig(n_workers=2, envs_per_worker=2, worker_steps=32, seed=seed))[0]

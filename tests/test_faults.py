@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from configs.ppo import PPOConfig
-from experiments.process_table import is_alive
+from experiments.run.process_table import is_alive
 from game.vector import PipePool, RestartPolicy, WorkerKeepsFailing, game_specs
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from experiments.process_table import is_alive
+from experiments.run.process_table import is_alive
 from game.atari import Game, GameSpec
 from game.vector import EnvPool, PipePool, RestartPolicy, SerialPool, WorkerDied, WorkerError, WorkerKeepsFailing, WorkerTimeout
 from game.vector.pool import RESEED_STRIDE

@@ -20,7 +20,7 @@ import torch
 
 from configs.ppo import PPOConfig
 from experiments.breakout import main
-from experiments.process_table import is_alive
+from experiments.run.process_table import is_alive
 from game.atari import GameSpec
 from game.vector import PipePool, game_specs, make_pool
 from game.vector.protocol import WorkerDied, WorkerError

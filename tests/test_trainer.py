@@ -56,6 +56,7 @@ def test_overlapped_sampling_is_deterministic() -> None:
     np.testing.assert_array_equal(actions(1), actions(1))
 
 
+@pytest.mark.slow
 def test_how_envs_are_grouped_into_processes_does_not_change_learning() -> None:
     # `envs_per_worker` is a speed setting only: 4 games in 4 processes or in 2 give the same
     # rollout and the same parameters after an update, bit for bit (the README recommends one

@@ -70,7 +70,7 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
 def check_fits(checkpoint: dict[str, Any], config: PPOConfig) -> None:
     """Refuse, before anything starts, a checkpoint whose model cannot play this game."""
     env = make_ale_env(config.game)
-    n_actions = int(env.action_space.n)
+    n_actions = int(env.action_space.n)  # type: ignore[attr-defined]  # ALE's spaces are Discrete
     env.close()
     check_model_fits(checkpoint, n_actions, config.frame_stack, config.game)
 

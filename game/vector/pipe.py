@@ -57,7 +57,7 @@ class PipePool(EnvPool):
     def __init__(self, specs: Sequence[GameSpec], envs_per_worker: int = 1, timeout_s: float = 60.0,
                  start_timeout_s: float = 120.0, restarts: RestartPolicy | None = None) -> None:
         self._processes: dict[int, _Process] = {}
-        self._context = mp.get_context(START_METHOD)
+        self._context = mp.get_context("forkserver")  # START_METHOD, spelled out so type checkers know the context
         self._context.set_forkserver_preload(["game.vector.pipe"])
         super().__init__(specs, envs_per_worker, timeout_s, start_timeout_s, restarts)
 
@@ -94,14 +94,10 @@ class PipePool(EnvPool):
         """Waits with one `select.poll` over the Pipes and the process sentinels: it runs once per
         agent step, and `multiprocessing.connection.wait` (a new `selectors` object and a Python
         registration per handle on every call) cost more than half of the trainer's time here."""
-        poller = select.poll()
-        owners: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its sentinel)
-        for w in workers:
-            owners[self._processes[w].conn.fileno()] = (w, False)
-            owners[self._processes[w].process.sentinel] = (w, True)
-        for fd in owners:
-            poller.register(fd, _READABLE)
-        pending, values, failures = set(workers), {}, []
+        poller, owners = self._watch(workers)
+        pending: set[int] = set(workers)
+        values: dict[int, Any] = {}
+        failures: list[Exception] = []
 
         def settle(w: int, failure: Exception | None = None) -> None:
             """Worker w is done for this request: stop watching it; record its failure."""
@@ -124,6 +120,17 @@ class PipePool(EnvPool):
         if failures:
             raise failures[0]
         return values
+
+    def _watch(self, workers: Sequence[int]) -> tuple[select.poll, dict[int, tuple[int, bool]]]:
+        """A poller over each worker's Pipe and process sentinel; fd -> (worker, is the sentinel)."""
+        poller = select.poll()
+        owners: dict[int, tuple[int, bool]] = {}
+        for w in workers:
+            owners[self._processes[w].conn.fileno()] = (w, False)
+            owners[self._processes[w].process.sentinel] = (w, True)
+        for fd in owners:
+            poller.register(fd, _READABLE)
+        return poller, owners
 
     def _read(self, w: int, is_sentinel: bool, settle: Any, values: dict[int, Any]) -> None:
         worker = self._processes[w]

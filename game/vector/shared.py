@@ -61,6 +61,7 @@ class SharedArrays:
             # the creator's close(), or by the tracker if the creator is killed.
             self._shm = shared_memory.SharedMemory(name=name)
         self.name = self._shm.name
+        assert self._shm.buf is not None  # None only after close()
         self.arrays = layout.views(self._shm.buf)
         self._closed = False
 

@@ -35,7 +35,7 @@ class VideoRecorder:
         height, width = screen
         self.size = (width * scale, height * scale + _STRIP_HEIGHT)  # (width, height) as OpenCV wants
         self._temp = self.path.with_name(f".{self.path.stem}.partial{self.path.suffix or '.mp4'}")
-        self._writer = cv2.VideoWriter(str(self._temp), cv2.VideoWriter_fourcc(*VIDEO_FOURCC), fps, self.size)
+        self._writer = cv2.VideoWriter(str(self._temp), cv2.VideoWriter.fourcc(*VIDEO_FOURCC), fps, self.size)
         if not self._writer.isOpened():
             self._writer.release()
             self._remove_temp()

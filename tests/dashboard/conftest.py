@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from dashboard_support import Dashboard, ProbeRun, marked_processes
 
-from experiments.process_table import descendants
+from experiments.run.process_table import descendants
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from dashboard_support import Dashboard, ProbeRun, free_port
 
 # The probe gives labml's sender this long; labml itself would retry forever.
@@ -23,6 +24,7 @@ def test_exits_when_the_dashboard_was_never_there(tmp_path: Path, no_leftover_pr
     assert "did not take the last updates within 3 s" in probe.output
 
 
+@pytest.mark.slow
 def test_exits_when_the_dashboard_dies_mid_run(tmp_path: Path, no_leftover_processes: None) -> None:
     dashboard = Dashboard(tmp_path / "data")
     probe = None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dashboard_support import REPO, Dashboard, ProbeRun, child_env, free_port
 
-from experiments.process_table import descendants
+from experiments.run.process_table import descendants
 
 HOSTNAME = Path("/etc/hostname").read_text().strip() if Path("/etc/hostname").exists() else None
 

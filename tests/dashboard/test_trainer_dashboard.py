@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from browser import CHROMIUM, Browser
 from dashboard_support import REPO, Dashboard, Process, run_tool
 from test_browser import SCREENSHOT_ENV
@@ -69,6 +70,7 @@ def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashb
         shutil.copy(screenshot, os.environ[SCREENSHOT_ENV])
 
 
+@pytest.mark.slow
 def test_training_is_not_held_up_by_an_unreachable_dashboard(tmp_path: Path) -> None:
     from dashboard_support import free_port
 
