@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import numbers
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +49,13 @@ def not_empty(v: Any) -> str | None:
 def device_name(v: Any) -> str | None:
     """How `--device` is spelled; whether that device is here is torch's to say (`ppo.devices.resolve_device`)."""
     return None if v in ("auto", "cpu", "cuda") or (isinstance(v, str) and re.fullmatch(r"cuda:[0-9]+", v)) else "auto, cpu, cuda or cuda:N"
+
+
+def folder_name(v: Any) -> str | None:
+    # The name is a folder under data_dir: one plain path component, so `../x` or `/etc` cannot
+    # put a run anywhere else.
+    return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", str(v)) else (
+        "a folder name of at most 100 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..')")
 
 
 def one_of(*choices: str) -> Check:
@@ -118,7 +126,7 @@ class PPOConfig:
     sample_threads: int = hp(1, "torch threads for inference while sampling (a batch of n_envs is too small to split)", positive, run_option=True)
     overlap_sampling: bool = hp(True, "step half the workers while the network acts for the other half (needs ≥ 2 workers)", run_option=True)
     channels_last: bool = hp(True, "NHWC convolutions: same results, faster on CPU (oneDNN) and on tensor cores", run_option=True)
-    name: str = hp("breakout", "labml experiment name (a folder under data_dir)", not_empty)
+    name: str = hp("breakout", "labml experiment name (a folder under data_dir)", folder_name)
     data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", not_empty, run_option=True)
     checkpoint_every: int = hp(50, "checkpoint every this many updates (and always at the end); 0 = only at the end", non_negative, run_option=True)
     score_window: int = hp(100, "games averaged for the reported score (the Atari convention: last 100)", positive)
@@ -188,6 +196,24 @@ def config_fields() -> list[dataclasses.Field[Any]]:
 def live_ranges() -> dict[str, tuple[float, float]]:
     """The dynamic hyperparameters and their allowed ranges."""
     return {f.name: f.metadata["live"] for f in config_fields() if f.metadata["live"] is not None}
+
+
+def live_value_problem(name: str, value: Any) -> str | None:
+    """What is wrong with `value` as the live hyperparameter `name` (the "accepted" text), or None
+    when it may be applied. The trainer checks every value it receives with this, whatever the
+    dashboard or a checkpoint says: a live value is input from outside the process."""
+    low, high = live_ranges()[name]
+    integral = isinstance(PPOConfig.__dataclass_fields__[name].default, int)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return "an integer" if integral else "a number"
+    value = float(value)  # any real (a numpy scalar too), compared as a float
+    if not math.isfinite(value):
+        return "a finite number"
+    if integral and value != int(value):
+        return "an integer"
+    if not low <= value <= high:
+        return f"a value in [{low:g}, {high:g}]"
+    return None
 
 
 def _importable(module: str) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import ConfigError
-from experiments.run.lifecycle import TrainingRun, resume_config
+from experiments.run.lifecycle import TrainingRun, check_can_start, resume_config
 from game.atari import is_known_game
 from ppo.checkpoint import CheckpointError
 
@@ -23,11 +23,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, args, overrides = parse_config(argv, "python -m experiments.breakout",
                                            "Train a PPO agent on Atari Breakout as a labml experiment.", extra, is_known_game)
     resume = None
-    if args.resume is not None:
-        try:
+    try:
+        if args.resume is not None:
             config, resume = resume_config(Path(config.data_dir), args.resume, overrides)
-        except (ConfigError, CheckpointError) as e:
-            fail(str(e))
+        check_can_start(config)  # the device exists, the run folder can be written: before anything starts
+    except (ConfigError, CheckpointError) as e:
+        fail(str(e))
     try:
         result = TrainingRun(config, resume, run_uuid=args.resume).run()
     except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: the workers are closed already

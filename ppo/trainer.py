@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import time
 from collections import deque
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from configs.ppo import PPOConfig, live_ranges
+from configs.ppo import PPOConfig, live_ranges, live_value_problem
 from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
 from ppo.checkpoint import check_fits
 from ppo.losses import explained_variance, ppo_loss
@@ -57,6 +58,10 @@ class NonFiniteLoss(FloatingPointError):
     """A loss, gradient or parameter became NaN/inf; the update was not applied."""
 
 
+class UpdateAbandoned(RuntimeError):
+    """A stop was requested mid-update: the update was not applied (model and Adam as before it)."""
+
+
 class Trainer:
     def __init__(self, config: PPOConfig, pool: EnvPool, seeds: Seeds, device: torch.device,
                  live_values: Callable[[], dict[str, Any]] | None = None, on_event: Callable[[str], None] | None = None) -> None:
@@ -85,8 +90,9 @@ class Trainer:
         self.lengths: deque[int] = deque(maxlen=config.score_window)
         self.finished_games: list[GameRecord] = []  # since the caller last took them (take_finished_games)
         self.nonfinite_skipped = 0  # minibatches skipped for a NaN/inf loss (skip_nonfinite)
-        if on_event is not None:
-            pool.on_restart = on_event  # where worker replacements are reported
+        # Where the trainer's events go (a worker replaced, a live value refused): the run's log.
+        self.on_event: Callable[[str], None] = on_event or print
+        pool.on_restart = self.on_event
 
     # -- sampling -------------------------------------------------------------------------------
 
@@ -196,9 +202,16 @@ class Trainer:
             metrics["game_length_mean_100"] = float(np.mean(self.lengths))
         return metrics
 
+    # Asked between minibatches; True abandons the update in progress (`UpdateAbandoned`). The run
+    # sets it to "a stop was requested", so Ctrl-C/SIGTERM never waits for a whole update.
+    should_stop: Callable[[], bool] | None = None
+    # The live values this trainer last applied, each checked against its range in configs/ppo.py.
+    live_in_use: dict[str, Any] | None = None
+    _refused: dict[str, Any] | None = None  # name -> the refused value already reported
+
     def schedule(self) -> IterationSettings:
         """This iteration's hyperparameters: the live values, the annealed ones decayed linearly."""
-        live, config = self.live_values(), self.config
+        live, config = self._checked_live_values(), self.config
         remaining = 1.0 - self.update / config.n_updates
         clip_range = live["clip_range"] * (remaining if config.anneal_clip_range else 1.0)
         # Tied to the annealed policy clip (ppo2), the value clip shrinks to 0 late in a run and
@@ -210,10 +223,42 @@ class Trainer:
             value_coef=live["value_coef"], entropy_coef=live["entropy_coef"], epochs=int(live["epochs"]),
         )
 
+    def _checked_live_values(self) -> dict[str, Any]:
+        """The live values, each one outside its range (or not a finite number) replaced by the last
+        good value and reported once: whatever a dashboard or a checkpoint says, the trainer never
+        applies a value configs/ppo.py does not allow (a negative learning rate, a million epochs)."""
+        good = dict(self.live_in_use or {k: getattr(self.config, k) for k in live_ranges()})
+        refused = self._refused if self._refused is not None else {}
+        received = self.live_values()
+        for name in live_ranges():
+            value = received.get(name, good[name])
+            problem = live_value_problem(name, value)
+            if problem is None:
+                good[name] = int(value) if isinstance(good[name], int) else float(value)
+                refused.pop(name, None)
+            elif name not in refused or repr(refused[name]) != repr(value):  # one line per refused value (NaN too), not per update
+                refused[name] = value
+                self.on_event(f"refused live value {name} = {value!r}: expected {problem}; keeping {good[name]!r}")
+        self.live_in_use, self._refused = good, refused
+        return good
+
+    @staticmethod
+    def _check_settings(settings: IterationSettings) -> None:
+        """Refuse settings outside the live ranges before they touch the model (they may come from
+        anywhere, not only from `schedule`). Annealed values lie in [0, base], so the ranges hold."""
+        for name in ("learning_rate", "clip_range", "value_coef", "entropy_coef", "epochs"):
+            value = getattr(settings, name)
+            if (problem := live_value_problem(name, value)) is not None:
+                raise ValueError(f"refusing to optimise with {name} = {value!r}: expected {problem}")
+        if settings.value_clip_range is not None and not (math.isfinite(settings.value_clip_range) and settings.value_clip_range >= 0):
+            raise ValueError(f"refusing to optimise with value_clip_range = {settings.value_clip_range!r}: expected a finite number ≥ 0")
+
     def optimize(self, settings: IterationSettings) -> dict[str, float]:
         """GAE on the rollout, then `epochs` passes of shuffled minibatch updates. If anything goes
-        NaN/inf the model and optimizer are put back exactly as they were, and `NonFiniteLoss` is raised."""
+        NaN/inf the model and optimizer are put back exactly as they were, and `NonFiniteLoss` is raised;
+        the same when `should_stop` says so between two minibatches (`UpdateAbandoned`)."""
         config = self.config
+        self._check_settings(settings)
         with self._undone_on_nonfinite(), torch_threads(self.train_threads):
             batch = self.rollout.batch(config.gamma, config.gae_lambda, self.device, self.model.channels_last)
             for group in self.optimizer.param_groups:
@@ -222,8 +267,13 @@ class Trainer:
             epochs_done = 0
             for _ in range(settings.epochs):
                 order = torch.from_numpy(self.shuffle_rng.permutation(self.rollout.size)).to(self.device)
-                epoch = [s for minibatch in batch.minibatches(order, config.minibatch_size)
-                         if (s := self._minibatch_update(minibatch, settings)) is not None]
+                epoch: list[dict[str, float]] = []
+                for minibatch in batch.minibatches(order, config.minibatch_size):
+                    if self.should_stop is not None and self.should_stop():
+                        # Rolled back by _undone_on_nonfinite: the update is applied whole or not at all.
+                        raise UpdateAbandoned(f"stop requested during update {self.update + 1}; that update was not applied")
+                    if (s := self._minibatch_update(minibatch, settings)) is not None:
+                        epoch.append(s)
                 stats += epoch
                 epochs_done += 1
                 if config.target_kl is not None and epoch and float(np.mean([s["approx_kl"] for s in epoch])) > config.target_kl:
@@ -261,7 +311,7 @@ class Trainer:
             yield
             if not all(torch.isfinite(p).all() for p in self.model.parameters()):
                 raise NonFiniteLoss("parameters became NaN/inf; update not applied")
-        except NonFiniteLoss:
+        except (NonFiniteLoss, UpdateAbandoned):
             self.model.load_state_dict(model_before)
             self.optimizer.load_state_dict(optimizer_before)
             raise

@@ -1,19 +1,90 @@
 """Where runs live on disk: `data_dir/<experiment name>/<run uuid>/` (labml's layout), holding
-labml's own files plus `checkpoints/checkpoint.pt` and `summary.json`."""
+labml's own files plus `checkpoints/checkpoint.pt` (and the two before it) and `summary.json`."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import re
+import shutil
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 from ppo.checkpoint import CHECKPOINT_NAME
 
 _UUID = re.compile(r"^[0-9a-f]{32}$")
+KEEP_CHECKPOINTS = 3  # checkpoint.pt, checkpoint.1.pt, checkpoint.2.pt: one bad state never loses the run
 
 
 def checkpoint_path(run_dir: Path) -> Path:
+    """The newest checkpoint: what --resume, evaluation and every summary use."""
     return run_dir / "checkpoints" / CHECKPOINT_NAME
+
+
+def checkpoint_paths(run_dir: Path) -> list[Path]:
+    """Every checkpoint a run keeps, newest first (`checkpoint.pt`, `checkpoint.1.pt`, …)."""
+    latest = checkpoint_path(run_dir)
+    return [latest] + [latest.with_name(f"{latest.stem}.{i}{latest.suffix}") for i in range(1, KEEP_CHECKPOINTS)]
+
+
+@cache
+def file_mode() -> int:
+    """The mode of a file created by this process: 0666 less the umask (0644 under the usual 022),
+    as labml's own files get. Atomic writes go through `mkstemp`, which makes 0600 files; run files
+    get this mode instead, so a data dir shared through group permissions works for every file."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def publish(path: Path) -> None:
+    """Give a file the run folder's usual mode (see `file_mode`)."""
+    os.chmod(path, file_mode())
+
+
+def rotate_in(run_dir: Path, write: Callable[[Path], None]) -> Path:
+    """Write a new newest checkpoint with `write(path)` and keep the KEEP_CHECKPOINTS − 1 before it.
+
+    The new file is written whole (and fsynced) under a staging name first; only then do renames
+    shift the older ones (checkpoint.1.pt → checkpoint.2.pt, a hard link of checkpoint.pt →
+    checkpoint.1.pt) and put the new one in place. Every step is one atomic rename, so at any
+    moment a crash leaves `checkpoint.pt` whole — the old or the new one — and a failed write
+    (a full disk) changes nothing at all.
+    """
+    paths = checkpoint_paths(run_dir)
+    latest = paths[0]
+    staged = latest.with_name(f".{latest.name}.next")
+    write(staged)  # raises on failure: nothing rotated yet
+    publish(staged)
+    for newer, older in reversed(list(itertools.pairwise(paths))[1:]):  # oldest first: .1 → .2
+        if newer.exists():
+            os.replace(newer, older)
+    if latest.exists() and len(paths) > 1:
+        link = paths[1].with_name(f".{paths[1].name}.link")
+        with contextlib.suppress(FileNotFoundError):
+            link.unlink()
+        try:
+            os.link(latest, link)
+        except OSError:  # a filesystem without hard links: a copy does too
+            shutil.copyfile(latest, link)
+            publish(link)
+        os.replace(link, paths[1])
+    os.replace(staged, latest)
+    with contextlib.suppress(OSError):  # the renames themselves durable
+        dir_fd = os.open(latest.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return latest
 
 
 def find_run(data_dir: Path, run_uuid: str) -> Path | None:

@@ -11,20 +11,24 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import torch
 from labml import experiment, logger, monit, tracker
+from labml.internal.experiment import experiment_singleton
 from labml.internal.lab import lab_singleton
 from labml.logger import Text
 
 from configs.cli import config_from_overrides
 from configs.live import LiveHyperParams
-from configs.ppo import ConfigError, PPOConfig, config_fields
+from configs.ppo import ConfigError, PPOConfig, config_fields, live_ranges, live_value_problem
 from dashboard.client import finish_app_tracking
-from experiments.run.folders import checkpoint_path, find_run, release_run, running_pid
+from experiments.run.folders import checkpoint_path, checkpoint_paths, find_run, publish, release_run, rotate_in, running_pid
 from experiments.run.games_csv import GamesCsv
 from experiments.run.stopping import GracefulStop
 from game.atari import is_known_game, make_ale_env
@@ -34,7 +38,7 @@ from ppo.checkpoint import check_fits as check_model_fits
 from ppo.devices import resolve_device
 from ppo.evaluation import record_training_video
 from ppo.seeding import derive_seeds
-from ppo.trainer import NonFiniteLoss, Trainer
+from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
 
 PRINTED_METRICS = ("score_mean_100", "policy_loss", "value_loss", "entropy", "approx_kl", "sps")
 FAULTS = (NonFiniteLoss, WorkerKeepsFailing, PoolError)  # stop the run; its last good state is kept
@@ -48,21 +52,112 @@ def app_url(dashboard: str | None) -> str | None:
     return base if "/api/" in base else f"{base}/api/v1/default"
 
 
+def strip_userinfo(url: str) -> str:
+    """`url` without its user/password part: `https://user:token@host/repo.git` → `https://host/repo.git`,
+    `user@host:repo.git` (git's scp form) → `host:repo.git`. Anything else is returned as it is.
+
+    Applied to every remote URL before labml (run.yaml, the dashboard) or a checkpoint records it:
+    a token in a git remote or a dashboard URL must never land in a run folder.
+    """
+    if "://" in url:
+        parts = urlsplit(url)
+        if "@" in parts.netloc:
+            return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        return url
+    head, at, rest = url.rpartition("@")
+    if at and "/" not in head and ":" in rest:  # scp form: [userinfo@]host:path
+        return rest
+    return url
+
+
+def check_can_start(config: PPOConfig, run_dir: Path | None = None) -> None:
+    """What the config cannot say about this machine, checked before any process starts or any
+    file is written: the device exists, and the run's folder can be created and written.
+    `ConfigError` (one line naming the option) otherwise."""
+    device = config.device
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            why = "torch is not compiled with CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ConfigError("device", device, f"auto or cpu on this machine ({why}: torch {torch.__version__})")
+        count = torch.cuda.device_count()
+        if device.startswith("cuda:") and int(device[5:]) >= count:
+            raise ConfigError("device", device, f"auto, cpu, cuda or cuda:0 … cuda:{count - 1} ({count} CUDA devices here)")
+    data_dir = config.data_dir
+    targets = [Path(data_dir) / config.name] + ([run_dir, run_dir / "checkpoints"] if run_dir is not None else [])
+    for target in targets:
+        existing = target
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ConfigError("data_dir", data_dir, f"a folder ({existing} is not a folder)")
+        try:  # a real write, not os.access: root, read-only mounts and ACLs all answer truthfully
+            os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=existing))
+        except OSError as e:
+            raise ConfigError("data_dir", data_dir, f"a folder this user can write to ({existing}: {e.strerror})") from None
+
+
+def load_last_good_checkpoint(run_dir: Path) -> dict[str, Any]:
+    """The newest of the run's kept checkpoints that loads and holds finite parameters.
+
+    A truncated or poisoned newest checkpoint does not lose the run: the one before it is used,
+    with a warning naming what was skipped. When none is usable, the newest one's error is raised.
+    """
+    errors: list[CheckpointError] = []
+    for path in checkpoint_paths(run_dir):
+        if errors and not path.exists():
+            continue
+        try:
+            state = load_checkpoint(path)
+            tensors = [t for t in state["model"].values() if torch.is_tensor(t) and t.is_floating_point()]
+            if not all(bool(torch.isfinite(t).all()) for t in tensors):
+                raise CheckpointError(f"checkpoint {path} holds NaN/inf parameters")
+        except CheckpointError as e:
+            errors.append(e)
+            continue
+        if errors:
+            print(f"warning: {str(errors[0]).splitlines()[0]}; resuming from the one before it, {path.name} "
+                  f"(update {state.get('update')})", file=sys.stderr)
+        return state
+    raise errors[0]
+
+
+def checked_live_values(saved: dict[str, Any] | None) -> dict[str, Any]:
+    """A checkpoint's live values without the ones configs/ppo.py does not allow (each reported):
+    a poisoned value saved by an older version must not poison the resumed run too."""
+    kept = {}
+    for name, value in (saved or {}).items():
+        problem = live_value_problem(name, value) if name in live_ranges() else "a live hyperparameter"
+        if problem is None:
+            kept[name] = value
+        else:
+            print(f"warning: ignoring the checkpoint's live value {name} = {value!r}: expected {problem}", file=sys.stderr)
+    return kept
+
+
 def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> tuple[PPOConfig, dict[str, Any]]:
-    """The run's own config (plus allowed run-option overrides) and its last checkpoint."""
+    """The run's own config (plus allowed run-option overrides) and its last good checkpoint.
+
+    `--dashboard` is not taken from the checkpoint: a resume sends to the dashboard its own command
+    line names, or to none, so a run never reports somewhere its launcher did not ask for.
+    """
     run_dir = find_run(data_dir, run_uuid)
     if run_dir is None:
         raise ConfigError("resume", run_uuid, f"the uuid of a run under {data_dir}/ (none found there)")
     if (pid := running_pid(run_dir)) is not None and pid != os.getpid():
         raise ConfigError("resume", run_uuid, f"a run that is not running (process {pid} is still running it)")
-    checkpoint = load_checkpoint(checkpoint_path(run_dir))
+    checkpoint = load_last_good_checkpoint(run_dir)
     saved = PPOConfig.from_dict(checkpoint["config"])
     run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
     for name, value in overrides.items():
         if name not in run_options and value != getattr(saved, name):
             raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as --device may change on --resume)")
-    config = config_from_overrides(overrides, saved, is_known_game)
+    config = config_from_overrides({"dashboard": None, **overrides}, saved, is_known_game)
+    if saved.dashboard is not None and config.dashboard is None:
+        print(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
+              "add --dashboard URL to send the resumed run to one", file=sys.stderr)
     check_fits(checkpoint, config)
+    checkpoint["live_values"] = checked_live_values(checkpoint.get("live_values"))
+    check_can_start(config, run_dir)
     release_run(run_dir)
     return config, checkpoint
 
@@ -91,22 +186,26 @@ class TrainingRun:
         self.status = "crashed"  # until the loop ends normally
         self.error: str | None = None  # the fault that stopped the run
         self.checkpoint_file: Path | None = None  # the last checkpoint this session wrote
+        self.checkpointed_update: int | None = None  # the update of that checkpoint
         self.run_dir = Path()  # known once labml has created the run
         self.started = time.perf_counter()
 
     def run(self) -> RunResult:
         config = self.config
+        check_can_start(config)  # before labml writes anything or a worker starts
         device = resolve_device(config.device)
         live = self._start_labml()
         seeds = derive_seeds(config.seed, config.n_envs)
         with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
             trainer = Trainer(config, pool, seeds, device, live.values, on_event=lambda message: logger.log(message, Text.warning))
+            trainer.should_stop = lambda: self.stop.requested is not None  # honoured between minibatches
             if self.resume is not None:
                 trainer.load_state_dict(self.resume)
             else:
                 trainer.reset_envs()
             first_update, first_steps = trainer.update, trainer.env_steps
             games = GamesCsv(self.run_dir / "games.csv", keep=trainer.games)
+            publish(self.run_dir / "games.csv")
             try:
                 self._train(trainer, live, games, device)
             except FAULTS as fault:
@@ -132,11 +231,17 @@ class TrainingRun:
         lab_singleton().set_configurations({"experiments_path": str(Path(config.data_dir).resolve()),
                                             "app_url": app_url(config.dashboard), "app_open_browser": False})
         experiment.create(name=config.name, uuid=self.run_uuid, writers={"screen", "app"} if config.dashboard else {"screen"})
+        # labml read the project's git remotes in create(); run.yaml and the dashboard get them at
+        # start(). A credential in a remote URL (https://user:token@host/…) is dropped in between.
+        run = experiment_singleton().run
+        run.repo_remotes = [strip_userinfo(url) for url in run.repo_remotes]
         live = LiveHyperParams(config, self.resume["live_values"] if self.resume else None)
         # Values that differ from the defaults are passed as labml's overrides, so the dashboard lists
         # them as this run's hyperparameters (live keys stay DynamicHyperParams, already set).
         defaults = PPOConfig().to_dict()
         changed = {k: v for k, v in config.to_dict().items() if v != defaults[k] and k not in live.params}
+        if config.dashboard is not None:
+            changed["dashboard"] = strip_userinfo(config.dashboard)
         experiment.configs(live.labml_configs(config), changed)
         self.run_dir = lab_singleton().experiments / config.name / experiment.get_uuid()
         for name in PRINTED_METRICS:
@@ -148,25 +253,72 @@ class TrainingRun:
         config = self.config
         with self.stop, experiment.start():
             tracker.set_global_step(trainer.env_steps)
+            boundary: dict[str, Any] | None = None  # the state before the update in progress
             for _ in monit.loop(range(trainer.update, config.last_update)):
-                metrics = trainer.iteration()
+                if boundary is None or boundary["update"] != trainer.update:
+                    boundary = self._state(trainer, live)
+                try:
+                    metrics = trainer.iteration()
+                except UpdateAbandoned:
+                    # A stop between two minibatches: the model is as before the update; the games
+                    # and RNGs are not (the rollout was sampled). The run goes back to the update's
+                    # start whole, so its checkpoint is the state after the last completed update.
+                    self._rewind(trainer, boundary)
+                    if self.checkpointed_update != trainer.update:
+                        self._write_checkpoint(boundary)
+                    self.status = "interrupted"
+                    return
                 games.append(trainer.take_finished_games())
                 if config.eval_video_every and trainer.update % config.eval_video_every == 0:
                     metrics.update(record_training_video(trainer.model, config.to_dict(), self.run_dir, trainer.update, device))
                 tracker.save(trainer.env_steps, metrics)
                 if config.checkpoint_every and trainer.update % config.checkpoint_every == 0:
-                    self._checkpoint(trainer, live)
+                    boundary = self._checkpoint(trainer, live)  # also the next update's starting state
                 if self.stop.requested:
                     break
                 if trainer.update % 10 == 0:
                     tracker.new_line()
-            self._checkpoint(trainer, live)
+            if self.checkpointed_update != trainer.update:
+                self._checkpoint(trainer, live)
             self.status = "interrupted" if self.stop.requested else "completed"
 
-    def _checkpoint(self, trainer: Trainer, live: LiveHyperParams) -> None:
-        path = checkpoint_path(self.run_dir)
-        save_checkpoint(path, trainer.state_dict(live.bases()))
-        self.checkpoint_file = path
+    def _state(self, trainer: Trainer, live: LiveHyperParams) -> dict[str, Any]:
+        """What a checkpoint holds now. Only values the trainer accepts are saved as live values,
+        and the dashboard URL without credentials (a resume never sends to it by itself)."""
+        in_use = trainer.live_in_use or {}
+        bases = {k: (v if live_value_problem(k, v) is None else in_use.get(k, getattr(self.config, k)))
+                 for k, v in live.bases().items()}
+        state = trainer.state_dict(bases)
+        if state["config"].get("dashboard") is not None:
+            state["config"] = {**state["config"], "dashboard": strip_userinfo(state["config"]["dashboard"])}
+        return state
+
+    @staticmethod
+    def _rewind(trainer: Trainer, boundary: dict[str, Any]) -> None:
+        """Put the trainer's counters back to `boundary` after an abandoned update (its model and
+        optimizer were rolled back by the trainer), so the summary and games.csv match the checkpoint."""
+        trainer.update, trainer.env_steps, trainer.games = boundary["update"], boundary["env_steps"], boundary["games"]
+        trainer.scores.clear()
+        trainer.scores.extend(boundary["scores"])
+        trainer.lengths.clear()
+        trainer.lengths.extend(boundary["lengths"])
+        trainer.finished_games = [g for g in trainer.finished_games if g.update <= boundary["update"]]
+        boundary["model"] = trainer.model.state_dict()  # the rolled-back tensors, not the ones before
+        boundary["optimizer"] = trainer.optimizer.state_dict()
+
+    def _checkpoint(self, trainer: Trainer, live: LiveHyperParams) -> dict[str, Any]:
+        state = self._state(trainer, live)
+        self._write_checkpoint(state)
+        return state
+
+    def _write_checkpoint(self, state: dict[str, Any]) -> None:
+        """The newest of the last KEEP_CHECKPOINTS checkpoints, rotated atomically (folders.rotate_in)."""
+        try:
+            self.checkpoint_file = rotate_in(self.run_dir, lambda path: save_checkpoint(path, state))
+        except OSError as e:  # a rename or link of the rotation; the newest checkpoint is whole
+            raise CheckpointError(f"could not rotate the checkpoints in {checkpoint_path(self.run_dir).parent}: "
+                                  f"{e.strerror or e}; checkpoint.pt is intact") from e
+        self.checkpointed_update = state["update"]
 
     def _summary(self, trainer: Trainer, first_update: int, first_steps: int) -> dict[str, Any]:
         elapsed = time.perf_counter() - self.started
@@ -188,6 +340,7 @@ class TrainingRun:
         }
         try:
             write_json(self.run_dir / "summary.json", summary)
+            publish(self.run_dir / "summary.json")
         except OSError as e:
             print(f"\nerror: could not write {self.run_dir / 'summary.json'}: {e}", file=sys.stderr)
         return summary

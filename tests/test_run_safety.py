@@ -1,0 +1,349 @@
+"""Nobody outside can steer, break or hijack a run: each attack or fault reproduced for real.
+
+Live values outside their ranges, a stop in the middle of an update, a poisoned or truncated
+checkpoint, credentials in a git remote, a device or folder that cannot work, a name that climbs
+out of the data dir, a resume that would report to a dashboard nobody asked for, and file modes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from configs.ppo import PPOConfig
+from experiments.run.folders import checkpoint_paths, file_mode
+from experiments.run.lifecycle import strip_userinfo
+from game.vector import PipePool, game_specs
+from ppo.checkpoint import load_checkpoint, save_checkpoint
+from ppo.seeding import derive_seeds
+from ppo.trainer import IterationSettings, Trainer, UpdateAbandoned
+from tests.conftest import REPO
+from tests.test_experiment import TINY, summary_of
+
+PER_UPDATE = 2 * 16  # agent steps of one TINY update
+
+
+@pytest.fixture
+def trainer() -> Iterator[Trainer]:
+    config = PPOConfig(n_workers=2, worker_steps=16, minibatches=2, epochs=2)
+    seeds = derive_seeds(config.seed, config.n_envs)
+    with PipePool(game_specs(config, seeds.env_seeds)) as pool:
+        pool.reset()
+        yield Trainer(config, pool, seeds, torch.device("cpu"))
+
+
+# ---- item 5: live values are checked by the trainer itself ---------------------------------------
+
+def test_out_of_range_live_values_are_refused_and_logged_once(trainer: Trainer) -> None:
+    sent = {"learning_rate": 1e-4, "clip_range": 0.2, "entropy_coef": 0.01, "value_coef": 0.5, "epochs": 3}
+    trainer.live_values = lambda: dict(sent)
+    events: list[str] = []
+    trainer.on_event = events.append
+    good = trainer.schedule()
+    assert (good.learning_rate, good.epochs) == (1e-4, 3) and events == []
+
+    # What a widened dashboard range let through: each refused, the last good value kept.
+    sent.update(learning_rate=-0.01, epochs=1_000_000, clip_range=float("nan"), value_coef="5")
+    settings = trainer.schedule()
+    assert (settings.learning_rate, settings.epochs, settings.clip_range, settings.value_coef) == (1e-4, 3, 0.2, 0.5)
+    assert sorted(events) == [
+        "refused live value clip_range = nan: expected a finite number; keeping 0.2",
+        "refused live value epochs = 1000000: expected a value in [1, 32]; keeping 3",
+        "refused live value learning_rate = -0.01: expected a value in [0, 0.01]; keeping 0.0001",
+        "refused live value value_coef = '5': expected a number; keeping 0.5",
+    ]
+    trainer.schedule()
+    assert len(events) == 4  # one line per refused value, not one per update
+    assert trainer.live_in_use == {"learning_rate": 1e-4, "clip_range": 0.2, "entropy_coef": 0.01, "value_coef": 0.5, "epochs": 3}
+
+    sent.update(learning_rate=2e-4)  # a good value is applied again at once
+    assert trainer.schedule().learning_rate == 2e-4
+
+
+def test_settings_outside_the_ranges_never_touch_the_model(trainer: Trainer) -> None:
+    trainer.collect()
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    bad = IterationSettings(learning_rate=-0.01, clip_range=0.1, value_clip_range=0.1, value_coef=0.5, entropy_coef=0.01, epochs=2)
+    with pytest.raises(ValueError, match=r"learning_rate = -0.01: expected a value in \[0, 0.01\]"):
+        trainer.optimize(bad)
+    assert all(torch.equal(p, q) for p, q in zip(trainer.model.parameters(), before, strict=True))
+
+
+def test_a_stop_between_minibatches_rolls_the_update_back(trainer: Trainer) -> None:
+    trainer.iteration()  # Adam has state: the rollback must restore it too
+    trainer.collect()
+    model_before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    adam_before = {k: v.clone() for k, v in trainer.optimizer.state_dict()["state"][0].items()}
+    asked = []
+
+    def stop_at_the_third_minibatch() -> bool:  # in epoch 2 of 2: half the update already applied
+        asked.append(True)
+        return len(asked) == 3
+
+    trainer.should_stop = stop_at_the_third_minibatch
+    with pytest.raises(UpdateAbandoned, match="stop requested during update 2"):
+        trainer.optimize(trainer.schedule())
+    assert len(asked) == 3 and trainer.update == 1
+    for name, tensor in trainer.model.state_dict().items():
+        assert torch.equal(tensor, model_before[name]), name
+    for name, tensor in trainer.optimizer.state_dict()["state"][0].items():
+        assert torch.equal(tensor, adam_before[name]), name
+
+
+STOP_MID_UPDATE = """
+import os, signal, sys
+from ppo.trainer import Trainer
+original, seen = Trainer._minibatch_update, []
+def update_then_sigterm(self, minibatch, settings):
+    if self.update == 2:  # update 3: a real SIGTERM right after its second minibatch of four
+        seen.append(1)
+        if len(seen) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return original(self, minibatch, settings)
+Trainer._minibatch_update = update_then_sigterm
+from experiments.breakout import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_mid_update_abandons_it_and_the_resume_stays_exact(cli, tmp_path: Path) -> None:
+    args = ["--updates", "4", *TINY, "--checkpoint-every", "1", "--seed", "7"]
+    straight = cli.run("experiments.breakout", *args, "--data-dir", str(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    reference_dir = Path(summary_of(straight.stdout)["run_dir"])
+    # The last three checkpoints are kept, newest first, and nothing else is left in the folder.
+    kept = checkpoint_paths(reference_dir)
+    assert sorted(p.name for p in kept[0].parent.iterdir()) == sorted(p.name for p in kept)
+    assert [load_checkpoint(p)["update"] for p in kept] == [4, 3, 2]
+
+    split = subprocess.run([sys.executable, "-c", STOP_MID_UPDATE, *args, "--data-dir", str(tmp_path / "split")],
+                           cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=300)
+    assert split.returncode == 128 + signal.SIGTERM, split.stderr[-3000:]
+    interrupted = summary_of(split.stdout)
+    # Update 3 was abandoned between minibatches: the run is exactly as after update 2.
+    assert interrupted["status"] == "interrupted" and interrupted["updates"] == 2
+    assert interrupted["env_steps"] == 2 * PER_UPDATE
+    checkpoint = load_checkpoint(Path(interrupted["checkpoint"]))
+    at_two = load_checkpoint(kept[2])
+    assert checkpoint["update"] == 2 and checkpoint["env_steps"] == 2 * PER_UPDATE and checkpoint["games"] == at_two["games"]
+    for name, tensor in at_two["model"].items():
+        assert torch.equal(tensor, checkpoint["model"][name]), name
+    games_csv = (Path(interrupted["run_dir"]) / "games.csv").read_text().splitlines()
+    assert len(games_csv) == 1 + interrupted["games"]  # no row from the abandoned rollout
+    assert cli.leftovers() == []
+
+    resumed = cli.run("experiments.breakout", "--resume", interrupted["run_uuid"], "--data-dir", str(tmp_path / "split"))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    final, reference = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"])), load_checkpoint(kept[0])
+    assert final["update"] == 4 and final["games"] == reference["games"] and final["scores"] == reference["scores"]
+    for name, tensor in reference["model"].items():
+        assert torch.equal(tensor, final["model"][name]), name
+    assert cli.leftovers() == []
+
+
+def _first_leg(cli, tmp_path: Path, *extra: str) -> dict:
+    """A TINY run stopped after 1 of 3 updates (a run option: the resume goes on to 3)."""
+    result = cli.run("experiments.breakout", "--updates", "3", *TINY, "--stop-after-env-steps", str(PER_UPDATE),
+                     "--data-dir", str(tmp_path), *extra)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return summary_of(result.stdout)
+
+
+def test_a_poisoned_live_value_in_the_checkpoint_does_not_poison_the_resume(cli, tmp_path: Path) -> None:
+    summary = _first_leg(cli, tmp_path)
+    path = Path(summary["checkpoint"])
+    state = load_checkpoint(path)
+    state["live_values"]["learning_rate"] = -0.01  # what the unchecked trainer saved
+    save_checkpoint(path, state)
+    resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
+                      "--data-dir", str(tmp_path))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "ignoring the checkpoint's live value learning_rate = -0.01: expected a value in [0, 0.01]" in resumed.stderr
+    final = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))
+    assert final["update"] == 3 and final["live_values"]["learning_rate"] == 2.5e-4
+    assert cli.leftovers() == []
+
+
+def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before(cli, tmp_path: Path) -> None:
+    first = cli.run("experiments.breakout", "--updates", "3", *TINY, "--checkpoint-every", "1",
+                    "--stop-after-env-steps", str(2 * PER_UPDATE), "--data-dir", str(tmp_path))
+    assert first.returncode == 0, first.stderr[-2000:]
+    summary = summary_of(first.stdout)
+    newest = Path(summary["checkpoint"])
+    newest.write_bytes(newest.read_bytes()[:1000])  # a bad state in the newest file
+    resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
+                      "--data-dir", str(tmp_path))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"warning: checkpoint {newest} is corrupt or truncated" in resumed.stderr
+    assert "resuming from the one before it, checkpoint.1.pt (update 1)" in resumed.stderr
+    final = summary_of(resumed.stdout)
+    assert final["updates"] == 3 and final["env_steps"] == 3 * PER_UPDATE
+    assert cli.leftovers() == []
+
+
+# ---- item 7: credentials in a git remote never reach the run folder -------------------------------
+
+def test_credentials_in_the_git_remote_never_reach_the_run_folder(cli, tmp_path: Path) -> None:
+    # labml records the git remotes of the project it runs in (found through .labml.yaml next to
+    # the code): a copy of this project in its own repository, whose remote holds a token.
+    project, secret = tmp_path / "project", "ghp_SECRETtoken1234"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    for name in files:
+        if (REPO / name).is_file():
+            (project / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, project / name)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    for command in (["init", "-q"], ["remote", "add", "origin", f"https://alice:{secret}@git.example.com/team/breakout.git"],
+                    ["add", "-A"], ["commit", "-qm", "copy"]):
+        subprocess.run([*git, *command], cwd=project, check=True, capture_output=True)
+
+    result = subprocess.run([sys.executable, "-m", "experiments.breakout", "--updates", "1", *TINY,
+                             "--data-dir", str(tmp_path / "runs")], cwd=project, env=cli.env(),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = Path(summary_of(result.stdout)["run_dir"])
+    assert run_dir.parent.parent == tmp_path / "runs"
+    info = yaml.safe_load((run_dir / "run.yaml").read_text())
+    assert info["repo_remotes"] == ["https://git.example.com/team/breakout.git"]  # recorded, without the token
+    leaks = [p for p in run_dir.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaks == [] and secret not in result.stdout + result.stderr
+    assert cli.leftovers() == []
+
+
+@pytest.mark.parametrize(("url", "stripped"), [
+    ("https://user:token@host/repo.git", "https://host/repo.git"),
+    ("https://token@host:8443/repo.git", "https://host:8443/repo.git"),
+    ("http://user:p%40ss@127.0.0.1:5005/api/v1/default", "http://127.0.0.1:5005/api/v1/default"),
+    ("git@github.com:org/repo.git", "github.com:org/repo.git"),
+    ("https://host/repo.git", "https://host/repo.git"),
+    ("/srv/git/repo.git", "/srv/git/repo.git"),
+])
+def test_strip_userinfo(url: str, stripped: str) -> None:
+    assert strip_userinfo(url) == stripped
+
+
+# ---- item 9: what the config cannot know is checked before anything starts -----------------------
+
+@contextlib.contextmanager
+def read_only_folder(path: Path) -> Iterator[Path]:
+    """A folder this process cannot write: mode 0555, or for root (whom modes do not stop) a read-only mount."""
+    path.mkdir()
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        try:
+            yield path
+        finally:
+            path.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"root cannot mount a read-only folder here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def _refused_before_anything_started(cli, result: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().startswith(expected) and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stdout == ""
+    assert cli.leftovers() == []  # no worker was ever started
+
+
+@pytest.mark.parametrize("device", ["cuda", f"cuda:{torch.cuda.device_count()}"])
+def test_a_device_this_machine_lacks_is_one_line_before_anything_starts(cli, tmp_path: Path, device: str) -> None:
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; cuda:N past the last device is tested instead")
+    result = cli.run("experiments.breakout", "--device", device, "--updates", "1", *TINY, "--data-dir", str(tmp_path))
+    _refused_before_anything_started(cli, result, f"error: --device {device}: expected ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_data_dir_is_one_line_before_anything_starts(cli, tmp_path: Path) -> None:
+    with read_only_folder(tmp_path / "ro") as folder:
+        result = cli.run("experiments.breakout", "--updates", "1", *TINY, "--data-dir", str(folder / "runs"))
+        _refused_before_anything_started(cli, result, f"error: --data-dir {folder / 'runs'}: expected a folder this user can write to")
+
+
+@pytest.mark.parametrize("name", ["../../x", "/tmp/x", "..", "a/b", ".hidden", ""])
+def test_a_name_cannot_put_the_run_outside_the_data_dir(cli, tmp_path: Path, name: str) -> None:
+    data_dir = tmp_path / "a" / "b" / "runs"
+    result = cli.run("experiments.breakout", "--name", name, "--updates", "1", *TINY, "--data-dir", str(data_dir))
+    _refused_before_anything_started(cli, result, "error: --name ")
+    assert "expected a folder name" in result.stderr
+    assert list(tmp_path.rglob("*")) == []
+
+
+# ---- item 10: which dashboard a resume sends to, and file modes ----------------------------------
+
+@contextlib.contextmanager
+def recording_server() -> Iterator[tuple[str, list[str]]]:
+    """A local HTTP server that answers every request `{}` and records its path."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(self.path)
+            body = b"{}"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_resume_without_dashboard_sends_to_none(cli, tmp_path: Path) -> None:
+    summary = _first_leg(cli, tmp_path)
+    with recording_server() as (url, seen):
+        path = Path(summary["checkpoint"])
+        state = load_checkpoint(path)
+        state["config"]["dashboard"] = url  # the run was sent to this dashboard before
+        save_checkpoint(path, state)
+        resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
+                          "--data-dir", str(tmp_path))
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        # labml flushes to its dashboard before the process exits: had it sent, it would be here.
+        assert seen == []
+    assert f"note: this run was sent to the dashboard {url} before; add --dashboard URL" in resumed.stderr
+    assert load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))["config"]["dashboard"] is None
+    assert cli.leftovers() == []
+
+
+def test_every_file_of_a_run_has_the_same_umask_mode(cli, tmp_path: Path) -> None:
+    result = cli.run("experiments.breakout", "--updates", "2", *TINY, "--checkpoint-every", "1", "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = Path(summary_of(result.stdout)["run_dir"])
+    modes = {str(p.relative_to(run_dir)): oct(stat.S_IMODE(p.stat().st_mode)) for p in run_dir.rglob("*") if p.is_file()}
+    assert {"summary.json", "games.csv", "run.yaml", "checkpoints/checkpoint.pt", "checkpoints/checkpoint.1.pt"} <= set(modes)
+    assert set(modes.values()) == {oct(file_mode())}, json.dumps(modes, indent=1)
