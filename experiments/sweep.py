@@ -36,8 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args
-from configs.cli import value_converter as _converter
+from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args, value_converter
 from configs.ppo import ConfigError, PPOConfig, config_fields
 from game.atari import is_known_game
 
@@ -58,7 +57,7 @@ def _field_value(name: str, value: Any) -> Any:
     fields = {f.name for f in config_fields()}
     if name not in fields:
         raise SweepError(f"{name!r} is not a hyperparameter (see python -m experiments.breakout --help)")
-    convert, accepted = _converter(typing.get_type_hints(PPOConfig)[name])
+    convert, accepted = value_converter(typing.get_type_hints(PPOConfig)[name])
     try:
         return convert(str(value))
     except ValueError:

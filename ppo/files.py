@@ -1,5 +1,5 @@
-"""Atomic file writes, shared by checkpoints, run summaries and the dashboard's store (no torch
-here, so the dashboard can use it without loading a deep-learning library)."""
+"""Atomic file writes for what a run keeps: checkpoints, summaries, the rewritten games.csv.
+(The dashboard, an app of its own, keeps its own in dashboard/store.py.)"""
 
 from __future__ import annotations
 
