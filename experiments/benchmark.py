@@ -9,7 +9,7 @@ measurement) and `--warmup-updates`, and measures, in agent steps (samples) per 
 * `pool_env_sps`    the project's pool stepping random actions, no network: `PipePool`, or `RayPool`
                     with `--backend ray` (a private local Ray instance, or `--ray-address`);
 * `sample_sps`, `update_sps`, `loop_sps`
-                    `Trainer.collect`, `Trainer.optimize`, whole `Trainer.step`s, with the real pool;
+                    `Trainer.collect`, `Trainer.optimize`, whole `Trainer.iteration`s, with the real pool;
 * `infer_sps`       eager fp32 `ActorCritic` forward at the rollout batch (n_envs), all cores;
 * `train_sps`       forward + backward + Adam at the minibatch size, all cores, best memory format;
 * `bound_sps`       the loop's limit from those rates (see `bound_sps()`), and the fractions of it.
@@ -355,7 +355,7 @@ def format_table(r: dict[str, Any]) -> str:
         ("train_sps", f"fwd+bwd+Adam at minibatch {c['minibatch_size']} ({r['train_memory_format']})"),
         ("sample_sps", "Trainer.collect (rollout with inference)"),
         ("update_sps", f"Trainer.optimize ({c['epochs']} epochs × {c['minibatches']} minibatches)"),
-        ("loop_sps", f"Trainer.step, {r['loop_updates_timed']} updates after {r['warmup_updates']} warm-up"),
+        ("loop_sps", f"Trainer.iteration, {r['loop_updates_timed']} updates after {r['warmup_updates']} warm-up"),
         ("bound_sps", f"limit from ale/infer/train on {r['device']}"),
     ]
     lines = [f"benchmark {r['date']}  device {r['device']}  cores {r['cpu_count']}  torch {r['torch_version']}",
