@@ -64,8 +64,26 @@ def test_pool_matches_local_games_step_for_step(make: PoolFactory) -> None:
             np.testing.assert_array_equal(pool.observations, np.stack([g.observation for g in local]))
             np.testing.assert_array_equal(batch.rewards, [r.reward for r in results])
             np.testing.assert_array_equal(batch.terminals, [r.terminal for r in results])
-            assert sorted(batch.episodes) == sorted((i, r.episode) for i, r in enumerate(results) if r.episode)
+            assert batch.episodes == [(i, r.episode) for i, r in enumerate(results) if r.episode]
         assert pool.observations.dtype == np.uint8
+
+
+@pytest.mark.parametrize("make", TRANSPORTS, indirect=True)
+def test_games_ending_on_the_same_step_are_reported_in_env_order(make: PoolFactory) -> None:
+    # Four copies of one game, one per worker, given the same actions: every game ends on the same
+    # step, and the replies race. The report must not depend on which worker answered first, or
+    # games.csv and the score window would differ between two runs of one seed.
+    same = [GameSpec(seed=5, noop_max=0)] * 4
+    ends = 0
+    with make(same, envs_per_worker=1) as pool:
+        for a in np.random.default_rng(1).integers(4, size=2000):
+            episodes = pool.step(np.full(4, a)).episodes
+            if episodes:
+                assert [env for env, _ in episodes] == [0, 1, 2, 3] and len({e for _, e in episodes}) == 1
+                ends += 1
+                if ends == 5:
+                    break
+    assert ends == 5
 
 
 @pytest.mark.parametrize("make", TRANSPORTS, indirect=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -163,7 +163,7 @@ class EnvPool(ABC):
         missing = [w for w in workers if w not in self._awaiting]
         if missing:
             raise RuntimeError(f"workers {missing} were not started: call step_async first")
-        return self._step_batch(workers, self._replies(list(workers), self.timeout_s).values())
+        return self._step_batch(workers, self._replies(list(workers), self.timeout_s))
 
     def drain(self) -> None:
         """Read the replies of requests still in flight (after a failure elsewhere), so every worker
@@ -272,7 +272,7 @@ class EnvPool(ABC):
         self.restart_worker(failure.worker, seed_offset=self.restarts * RESEED_STRIDE)
         self.on_restart(f"{str(failure).splitlines()[0]}; replaced it (restart {self.restarts}) during update {tick + 1}")
 
-    def _step_batch(self, workers: range, replies: Iterable[StepEvents | None]) -> StepBatch:
+    def _step_batch(self, workers: range, replies: Mapping[int, StepEvents | None]) -> StepBatch:
         envs = slice(workers.start * self.envs_per_worker, workers.stop * self.envs_per_worker)
         if envs == slice(0, self.n_envs):
             batch = self._batch
@@ -280,8 +280,10 @@ class EnvPool(ABC):
             batch = StepBatch(self._batch.rewards[envs], self._batch.terminals[envs], self._batch.truncations[envs])
         batch.episodes = []
         batch.final_observations = {}
-        for events in replies:
-            if events is not None:
+        # In worker order, not in the order the replies arrived: games that end on the same step are
+        # reported (games.csv, the score window) in the same order on every run and every transport.
+        for worker in workers:
+            if (events := replies.get(worker)) is not None:
                 batch.episodes.extend(events.finished)
                 batch.final_observations.update(events.final_observations)
         return batch
