@@ -66,12 +66,24 @@ class Runner:
         return process.returncode, json.loads(Path(last).read_text())
 
 
-def wait_for_checkpoint(run: subprocess.Popen[str], data_dir: Path, after: float, timeout_s: float = 600) -> None:
+def newest_checkpoint_time(data_dir: Path) -> float:
+    times = []
+    for path in data_dir.glob("*/*/checkpoints/checkpoint.pt"):
+        try:
+            times.append(path.stat().st_mtime)
+        except FileNotFoundError:  # mid-rotation
+            continue
+    return max(times, default=0.0)
+
+
+def wait_for_checkpoint(run: subprocess.Popen[str], data_dir: Path, after: float, timeout_s: float = 600) -> float:
+    """Wait until a checkpoint newer than `after` is on disk (or the run ended); return its time."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and run.poll() is None:
-        if any(p.stat().st_mtime > after for p in data_dir.glob("*/*/checkpoints/checkpoint.pt")):
-            return
+        if (written := newest_checkpoint_time(data_dir)) > after:
+            return written
         time.sleep(0.05)
+    return after
 
 
 def interrupted_run(runner: Runner, rng: random.Random, interruptions: int, kills: int) -> dict[str, Any]:
@@ -84,14 +96,21 @@ def interrupted_run(runner: Runner, rng: random.Random, interruptions: int, kill
         run = runner.start(*args)
         if kills and resumes == 0:
             wait_for_checkpoint(run, runner.data_dir, started)  # training is under way
+        last_kill = started
         for _ in range(kills if resumes == 0 else 0):
             time.sleep(rng.uniform(0.2, 1.0))
             victims = worker_pids(run.pid)
             if run.poll() is None and victims:
                 os.kill(rng.choice(victims), signal.SIGKILL)
-                kills_done += 1
+                kills_done, last_kill = kills_done + 1, time.time()
         if resumes < interruptions:
-            wait_for_checkpoint(run, runner.data_dir, started)
+            # A kill is only noticed (and the replacement counted) when the pool next steps the
+            # games; the first checkpoint after a kill may end an update whose rollout came before
+            # it. The second one after it is sure to count the replacement, so interrupt only then:
+            # otherwise the count of replacements can honestly fall short of the kills.
+            written = wait_for_checkpoint(run, runner.data_dir, last_kill)
+            if last_kill > started:
+                wait_for_checkpoint(run, runner.data_dir, written)
             time.sleep(rng.uniform(0.0, 0.5))  # land anywhere in the next update
             if run.poll() is None:
                 run.send_signal(signal.SIGTERM)
