@@ -232,10 +232,14 @@ class Game:
     # -- exact resume ---------------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
-        """Everything that decides this game's future: emulator, stack, counters, no-op RNG."""
+        """Everything that decides this game's future: emulator, stack, counters, no-op RNG.
+
+        Only plain values (bytes, numbers, strings, dicts): checkpoints hold these states, and a
+        checkpoint is loaded as data (`torch.load(weights_only=True)`), never by unpickling objects.
+        """
         return {
-            "ale": self._ale.cloneState(include_rng=True),
-            "observation": self.observation.copy(),
+            "ale": self._ale.cloneState(include_rng=True).serialize(),
+            "observation": self.observation.tobytes(),
             "lives": self._lives,
             "score": self._score,
             "length": self._length,
@@ -246,8 +250,11 @@ class Game:
     def set_state(self, state: dict[str, Any]) -> None:
         if state["spec"]["game"] != self.spec.game:
             raise ValueError(f"state is for game {state['spec']['game']!r}, this game is {self.spec.game!r}")
-        self._ale.restoreState(state["ale"])
-        self.observation[:] = state["observation"]
+        observation = np.frombuffer(state["observation"], dtype=self.observation.dtype)
+        if observation.size != self.observation.size:
+            raise ValueError(f"state holds {observation.size} observation bytes; this game's stack has {self.observation.size}")
+        self._ale.restoreState(ale_py.ALEState(state["ale"]))
+        self.observation[:] = observation.reshape(self.observation.shape)
         self._lives = state["lives"]
         self._score = state["score"]
         self._length = state["length"]

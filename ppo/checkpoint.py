@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +34,31 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint is data, never code: loaded with `weights_only=True`, which rebuilds tensors
+    and plain values (dicts, lists, numbers, strings, bytes) and refuses any other object before
+    creating it. So a crafted file (a shared `--data-dir`, a download) cannot run anything here;
+    everything this project saves is of those kinds (emulator states as bytes, RNG states as dicts)."""
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     try:
-        # The file holds emulator states and numpy RNG states besides tensors, so it is not a
-        # weights-only file: load only checkpoints you wrote yourself.
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of a crafted file
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"{path} is not a checkpoint of this project: it holds something other than tensors and "
+                              f"plain values ({_refusal(str(e))}); nothing in it was run") from None
     except Exception as e:
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({type(e).__name__}: {e})") from None
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise CheckpointError(f"{path} is not a checkpoint of this project")
     return state
+
+
+def _refusal(message: str) -> str:
+    """The reason in torch's weights-only refusal, without its advice to load the file unsafely."""
+    boilerplate = ("Weights only load failed", "Check the documentation", "Please file an issue")
+    lines = [line.strip() for line in message.splitlines() if line.strip() and not line.strip().startswith(boilerplate)]
+    return " ".join(lines) or "an object that is not plain data"
 
 
 def saved_n_actions(checkpoint: dict[str, Any]) -> int:

@@ -211,3 +211,27 @@ def test_second_ctrl_c_stops_at_once_without_orphans(cli, tmp_path: Path) -> Non
     assert time.monotonic() - started < 30
     assert process.returncode == 130 and "stopped at once" in stderr and "Traceback" not in stderr, stderr[-2000:]
     assert cli.leftovers() == []
+
+
+UNCLOSED_POOL = """
+import json, os, signal
+from game.atari import GameSpec
+from game.vector import PipePool
+pool = PipePool([GameSpec(seed=1), GameSpec(seed=2)])
+pool.reset()
+os.killpg(os.getpgid(0), signal.SIGTERM)  # every process of the group; the workers ignore it
+pool.reset()  # and are still there to answer
+print(json.dumps(pool.worker_pids()), flush=True)
+# no pool.close(): the interpreter's exit must still end the workers, and not wait on them forever
+"""
+
+
+def test_workers_outlive_a_group_sigterm_but_never_the_trainer(cli) -> None:
+    """Workers ignore SIGTERM (item 8 of the security issue), so the exit of a trainer that never
+    closed its pool must end them some other way than multiprocessing's SIGTERM-then-join."""
+    script = "import signal; signal.signal(signal.SIGTERM, lambda *_: None)\n" + UNCLOSED_POOL  # the trainer handles it
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=cli.env(), capture_output=True, text=True,
+                            timeout=120, start_new_session=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(json.loads(result.stdout)) == 2
+    assert cli.leftovers() == []

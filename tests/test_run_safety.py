@@ -107,21 +107,36 @@ def test_a_stop_between_minibatches_rolls_the_update_back(trainer: Trainer) -> N
 STOP_MID_UPDATE = """
 import os, signal, sys
 from ppo.trainer import Trainer
-original, seen = Trainer._minibatch_update, []
+original_update, original_collect, seen = Trainer._minibatch_update, Trainer._collect_once, []
 def update_then_sigterm(self, minibatch, settings):
-    if self.update == 2:  # update 3: a real SIGTERM right after its second minibatch of four
+    if self.update == 2:  # update 3: a real SIGTERM to the trainer right after its second minibatch of four
         seen.append(1)
         if len(seen) == 2:
             os.kill(os.getpid(), signal.SIGTERM)
-    return original(self, minibatch, settings)
-Trainer._minibatch_update = update_then_sigterm
+    return original_update(self, minibatch, settings)
+def sigterm_to_the_group_then_collect(self):
+    if self.update == 2 and not seen:  # update 3: SIGTERM to every process of the run, as `timeout`,
+        seen.append(1)                 # systemd or SLURM send it, while the workers are in use
+        os.killpg(os.getpgid(0), signal.SIGTERM)
+    return original_collect(self)
+if os.environ["SIGTERM_TO"] == "group":
+    Trainer._collect_once = sigterm_to_the_group_then_collect
+else:
+    Trainer._minibatch_update = update_then_sigterm
 from experiments.breakout import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_sigterm_mid_update_abandons_it_and_the_resume_stays_exact(cli, tmp_path: Path) -> None:
-    args = ["--updates", "4", *TINY, "--checkpoint-every", "1", "--seed", "7"]
+@pytest.mark.parametrize(("sent_to", "backend"), [("trainer", "local"), ("group", "local"),
+                                                  pytest.param("group", "ray", marks=[pytest.mark.ray, pytest.mark.slow])])
+def test_sigterm_mid_update_abandons_it_and_the_resume_stays_exact(cli, tmp_path: Path, sent_to: str, backend: str) -> None:
+    """SIGTERM to the trainer alone mid-update, or to its whole process group mid-rollout (workers
+    and forkserver too, item 8): either way update 3 is abandoned, no worker dies or is replaced,
+    and the resume is exact."""
+    if backend == "ray":
+        pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+    args = ["--updates", "4", *TINY, "--checkpoint-every", "1", "--seed", "7", "--backend", backend]
     straight = cli.run("experiments.breakout", *args, "--data-dir", str(tmp_path / "straight"))
     assert straight.returncode == 0, straight.stderr[-2000:]
     reference_dir = Path(summary_of(straight.stdout)["run_dir"])
@@ -131,9 +146,11 @@ def test_sigterm_mid_update_abandons_it_and_the_resume_stays_exact(cli, tmp_path
     assert [load_checkpoint(p)["update"] for p in kept] == [4, 3, 2]
 
     split = subprocess.run([sys.executable, "-c", STOP_MID_UPDATE, *args, "--data-dir", str(tmp_path / "split")],
-                           cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=300)
+                           cwd=REPO, env=dict(cli.env(), SIGTERM_TO=sent_to), capture_output=True, text=True,
+                           timeout=300, start_new_session=True)  # its own group: the signal spares pytest
     assert split.returncode == 128 + signal.SIGTERM, split.stderr[-3000:]
     interrupted = summary_of(split.stdout)
+    assert interrupted["worker_restarts"] == 0 and "replaced" not in split.stderr, split.stderr[-3000:]
     # Update 3 was abandoned between minibatches: the run is exactly as after update 2.
     assert interrupted["status"] == "interrupted" and interrupted["updates"] == 2
     assert interrupted["env_steps"] == 2 * PER_UPDATE
@@ -192,6 +209,48 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before(cli, tmp_pat
     assert "resuming from the one before it, checkpoint.1.pt (update 1)" in resumed.stderr
     final = summary_of(resumed.stdout)
     assert final["updates"] == 3 and final["env_steps"] == 3 * PER_UPDATE
+    assert cli.leftovers() == []
+
+
+# ---- item 6: a checkpoint is data, never code ------------------------------------------------------
+
+class RunsCode:
+    """Unpickling this calls os.system: what a crafted checkpoint on a shared data dir would do."""
+
+    def __init__(self, proof: Path) -> None:
+        self.proof = proof
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.proof}",)
+
+
+def crafted_checkpoints(proof: Path, real: dict) -> dict[str, bytes]:
+    """A real checkpoint's content with code hidden in it, as torch.save and as plain pickle write it."""
+    import io
+    import pickle
+    state = dict(real, model={**real["model"], "trunk.0.weight": RunsCode(proof)})
+    as_torch = io.BytesIO()
+    torch.save(state, as_torch)
+    return {"torch.save": as_torch.getvalue(), "pickle": pickle.dumps(state)}
+
+
+def test_a_crafted_checkpoint_is_refused_without_running_anything(cli, tmp_path: Path) -> None:
+    summary = _first_leg(cli, tmp_path)
+    run_dir, proof = Path(summary["run_dir"]), tmp_path / "code-ran"
+    real = load_checkpoint(Path(summary["checkpoint"]))
+    # The real checkpoint holds only tensors and plain values: emulator states are bytes.
+    assert isinstance(real["env_states"][0]["ale"], bytes) and isinstance(real["env_states"][0]["observation"], bytes)
+    for kind, data in crafted_checkpoints(proof, real).items():
+        for path in checkpoint_paths(run_dir):  # every kept one: no fallback to a good one
+            path.write_bytes(data)
+        resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
+        evaluated = cli.run("experiments.evaluate", "--checkpoint", str(checkpoint_paths(run_dir)[0]), "--games", "1")
+        for result in (resumed, evaluated):
+            assert result.returncode == 2, (kind, result.stderr[-2000:])
+            lines = result.stderr.strip().splitlines()
+            assert "is not a checkpoint of this project" in lines[-1] and "nothing in it was run" in lines[-1], (kind, lines)
+            assert "Traceback" not in result.stderr
+        assert not proof.exists(), kind
     assert cli.leftovers() == []
 
 

@@ -20,6 +20,7 @@ import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.util import Finalize
 from typing import Any
 
 from game.atari import GameSpec
@@ -58,7 +59,11 @@ class PipePool(EnvPool):
                  start_timeout_s: float = 120.0, restarts: RestartPolicy | None = None) -> None:
         self._processes: dict[int, _Process] = {}
         self._context = mp.get_context("forkserver")  # START_METHOD, spelled out so type checkers know the context
-        self._context.set_forkserver_preload(["game.vector.pipe"])
+        self._context.set_forkserver_preload(["game.vector.forkserver_preload", "game.vector.pipe"])
+        # Workers ignore SIGTERM, so multiprocessing's own exit handler (SIGTERM every daemon child,
+        # then join it) would wait forever on a pool nobody closed: kill them first (priority ≥ 0
+        # runs before that handler).
+        self._kill_at_exit = Finalize(self, _kill_processes, args=(self._processes,), exitpriority=10)
         super().__init__(specs, envs_per_worker, timeout_s, start_timeout_s, restarts)
 
     def worker_pids(self) -> list[int]:
@@ -77,7 +82,7 @@ class PipePool(EnvPool):
         process = self._context.Process(
             target=run_worker, args=(child, self.specs[envs], self._shared.name, self._layout, envs.start),
             name=f"game-worker-{worker}",
-            daemon=True,  # multiprocessing terminates daemons at interpreter exit: a last safety net
+            daemon=True,  # a worker never outlives the trainer's interpreter (see `_kill_at_exit`)
         )
         with _main_module_hidden():
             process.start()
@@ -159,16 +164,21 @@ class PipePool(EnvPool):
         for p in stopping:
             p.process.join(max(0.0, deadline - time.monotonic()))
         for p in stopping:
-            if p.process.is_alive():
-                p.process.terminate()
-                p.process.join(1.0)
-            if p.process.is_alive():
+            if p.process.is_alive():  # hung: SIGTERM is ignored by workers, so SIGKILL
                 p.process.kill()
                 p.process.join()
             p.conn.close()
 
     def _shutdown(self) -> None:
+        self._kill_at_exit.cancel()
         self._shared.close()
+
+
+def _kill_processes(processes: dict[int, _Process]) -> None:
+    for p in processes.values():
+        if p.process.is_alive():
+            p.process.kill()
+            p.process.join()
 
 
 @contextlib.contextmanager
@@ -192,9 +202,11 @@ def _main_module_hidden() -> Iterator[None]:
 def run_worker(conn: Connection, specs: list[GameSpec], shm_name: str, layout: Layout, first_env: int) -> None:
     """Serve commands until CLOSE or until the trainer's end of the Pipe closes.
 
-    Ignores SIGINT: a Ctrl-C in the terminal reaches the whole process group, and it is the
-    trainer's job to checkpoint and then close its workers in order."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    Ignores SIGINT and SIGTERM (as the forkserver did before it, see `forkserver_preload`): a
+    Ctrl-C in the terminal, `timeout` or a batch system signals the whole process group, and it is
+    the trainer's job to checkpoint and then close its workers in order."""
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.SIG_IGN)
     _schedule_as_batch_job()
     shared = SharedArrays(layout, shm_name)
     group: GameGroup | None = None
