@@ -46,11 +46,46 @@ def train_from_seed(config: PPOConfig, pool_factory=PipePool, updates: int = 0
         return rollout, [p.detach().clone() for p in trainer.model.parameters()]
 
 
-def wait_until_no_processes(marker: str, timeout_s: float = 10.0) -> list[int]:
+def wait_until_no_processes(marker: str, timeout_s: float = 60.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while (left := process_table.marked(MARK, marker)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
+
+
+# `experiments.breakout` with a hold after the first checkpoint (update 1), so that a test can signal
+# a run that is sure to be mid-training, whatever the machine's load: it touches HOLD_FILE, then
+# waits until the run has seen a stop request (touching HOLD_FILE.stop), and with HOLD_UNTIL=forever
+# goes on waiting after it, for a second signal to interrupt.
+HELD_RUN = """
+import os, sys, time
+from pathlib import Path
+from ppo.trainer import Trainer
+original, hold = Trainer.state_dict, Path(os.environ["HOLD_FILE"])
+def state_dict_then_hold(self, live_values):
+    state = original(self, live_values)
+    if self.update == 1 and not hold.exists():
+        hold.touch()
+        while not self.should_stop():
+            time.sleep(0.01)
+        hold.with_suffix(".stop").touch()
+        while os.environ["HOLD_UNTIL"] == "forever":
+            time.sleep(0.01)
+    return state
+Trainer.state_dict = state_dict_then_hold
+from experiments.breakout import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def wait_for_file(path: Path, process: subprocess.Popen[str], timeout_s: float = 600) -> None:
+    """Until `path` exists; fails at once (with the run's stderr) if the process ends first."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended (exit {process.returncode}) first:\n{process.communicate()[1][-3000:]}")
+        assert time.monotonic() < deadline, f"no {path} after {timeout_s} s"
+        time.sleep(0.02)
 
 
 class Cli:
@@ -71,6 +106,14 @@ class Cli:
     def start(self, module: str, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO, env=self.env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def start_held(self, hold_file: Path, *args: str, until: str = "stop") -> subprocess.Popen[str]:
+        """`experiments.breakout *args`, returned once it holds after its first checkpoint (see HELD_RUN)."""
+        env = dict(self.env(), HOLD_FILE=str(hold_file), HOLD_UNTIL=until)
+        process = subprocess.Popen([sys.executable, "-c", HELD_RUN, *args], cwd=REPO, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for_file(hold_file, process)
+        return process
 
     def leftovers(self) -> list[int]:
         return wait_until_no_processes(self.marker)

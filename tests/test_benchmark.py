@@ -30,7 +30,7 @@ def _run(args: list[str], marker: str, timeout: float) -> subprocess.CompletedPr
 
 
 def _assert_nothing_left(marker: str, children_before: set[int]) -> None:
-    deadline = time.monotonic() + 10.0  # the forkserver and tracker exit once they see EOF
+    deadline = time.monotonic() + 60.0  # the forkserver and tracker exit once they see EOF
     while True:
         left = process_table.marked("BENCHMARK_TEST_MARKER", marker)
         new_children = set(process_table.children(os.getpid())) - children_before
@@ -46,7 +46,7 @@ def test_benchmark_prints_consistent_json_and_leaves_no_process() -> None:
     marker = uuid.uuid4().hex
     before = set(process_table.children(os.getpid()))
     started = time.monotonic()
-    result = _run(TINY, marker, timeout=120)
+    result = _run(TINY, marker, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert len(lines) > 1, "expected a table before the JSON line"
@@ -95,7 +95,7 @@ def test_bound_with_a_gpu_overlaps_env_and_inference() -> None:
                                   ["--duration", "soon"], ["--warmup-updates", "-2"], ["--n-workers", "0"]])
 def test_bad_input_is_one_line_and_exit_2(args: list[str]) -> None:
     marker = uuid.uuid4().hex
-    result = _run(args, marker, timeout=60)
+    result = _run(args, marker, timeout=600)
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()

@@ -42,7 +42,7 @@ def specs(n: int) -> list[GameSpec]:
     return [GameSpec(seed=100 + i) for i in range(n)]
 
 
-def wait_dead(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+def wait_dead(pids: list[int], timeout_s: float = 60.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while (left := [p for p in pids if is_alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -22,7 +22,7 @@ def test_two_trial_sweep_runs_full_runs_and_ranks_them(cli, tmp_path: Path) -> N
     out = tmp_path / "results.csv"
     result = cli.run("experiments.sweep", "--config", str(spec), "--updates", "1", "--workers-per-trial", "2",
                      "--cpus-per-trial", "1", "--epochs", "1", "--data-dir", str(tmp_path / "runs"), "--csv", str(out),
-                     timeout=240)
+                     timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == str(out)
     with out.open() as f:
