@@ -51,6 +51,14 @@ def device_name(v: Any) -> str | None:
     return None if v in ("auto", "cpu", "cuda") or (isinstance(v, str) and re.fullmatch(r"cuda:[0-9]+", v)) else "auto, cpu, cuda or cuda:N"
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def precision_name(v: Any) -> str | None:
+    """How `--precision` is spelled; whether this machine has bf16 is torch's to say (`ppo.devices`)."""
+    return None if v in PRECISIONS else "auto, fp32 or bf16"
+
+
 def folder_name(v: Any) -> str | None:
     # The name is a folder under data_dir: one plain path component, so `../x` or `/etc` cannot
     # put a run anywhere else.
@@ -125,6 +133,9 @@ class PPOConfig:
     torch_threads: int = hp(0, "trainer's torch threads for optimisation; 0 = one per core", non_negative, run_option=True)
     sample_threads: int = hp(1, "torch threads for inference while sampling (a batch of n_envs is too small to split)", positive, run_option=True)
     overlap_sampling: bool = hp(True, "step half the workers while the network acts for the other half (needs ≥ 2 workers)", run_option=True)
+    precision: str = hp("auto", "the network's arithmetic: fp32; bf16 = bfloat16 autocast of forward and backward (fp32 "
+                                "weights, Adam, losses, advantages), on CPUs with AVX512-BF16/AMX and on CUDA; auto = fp32 "
+                                "until bf16 is shown to learn the same (docs/precision.md)", precision_name, run_option=True)
     channels_last: bool = hp(True, "NHWC convolutions: same results, faster on CPU (oneDNN) and on tensor cores", run_option=True)
     name: str = hp("breakout", "labml experiment name (a folder under data_dir)", folder_name)
     data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", not_empty, run_option=True)

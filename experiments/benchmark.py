@@ -10,9 +10,12 @@ measurement) and `--warmup-updates`, and measures, in agent steps (samples) per 
                     with `--backend ray` (a private local Ray instance, or `--ray-address`);
 * `sample_sps`, `update_sps`, `loop_sps`
                     `Trainer.collect`, `Trainer.optimize`, whole `Trainer.iteration`s, with the real pool;
-* `infer_sps`       eager fp32 `ActorCritic` forward at the rollout batch (n_envs), all cores;
-* `train_sps`       forward + backward + Adam at the minibatch size, all cores, best memory format;
-* `bound_sps`       the loop's limit from those rates (see `bound_sps()`), and the fractions of it.
+* `infer_sps`       eager `ActorCritic` forward at the rollout batch (n_envs), all cores, at the
+                    loop's `--precision` (`infer_sps_fp32`: in fp32, the best memory format);
+* `train_sps`       forward + backward + Adam at the minibatch size, likewise (`train_sps_fp32`);
+* `bound_sps`       the loop's limit from those rates (see `bound_sps()`), and the loop's fraction
+                    of it; `fp32_bound_sps` the same limit from the fp32 rates, which a bf16 loop
+                    may exceed (`loop_fraction_of_fp32_bound` > 1).
 
 Measurements run one after another, never overlapping: the vector env is closed before the pool
 starts, and the pool is closed before the network-only numbers. A readable table goes to stdout,
@@ -41,7 +44,7 @@ from configs.ppo import PPOConfig
 from experiments.run import process_table
 from game.atari import gym_id, is_known_game
 from game.vector import EnvPool, game_specs, make_pool
-from ppo.devices import resolve_device
+from ppo.devices import resolve_device, resolve_precision
 from ppo.losses import ppo_loss
 from ppo.model import ActorCritic
 from ppo.seeding import derive_seeds
@@ -51,8 +54,9 @@ PROG = "python -m experiments.benchmark"
 
 # Every key the JSON line always has (tests check them).
 RATE_KEYS = ("pool_env_sps", "ale_vector_sps", "infer_sps", "train_sps", "sample_sps", "update_sps", "loop_sps",
-             "bound_sps")
-JSON_KEYS = (*RATE_KEYS, "loop_fraction_of_bound", "pool_fraction_of_ale", "device", "torch_threads",
+             "bound_sps", "infer_sps_fp32", "train_sps_fp32", "fp32_bound_sps")
+JSON_KEYS = (*RATE_KEYS, "loop_fraction_of_bound", "loop_fraction_of_fp32_bound", "precision", "pool_fraction_of_ale",
+             "device", "torch_threads",
              "trainer_torch_threads", "workers_import_torch", "trainer_peak_rss_mb", "trainer_rss_mb",
              "workers_peak_rss_mb", "workers_rss_mb", "date", "config", "backend")
 
@@ -241,11 +245,12 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
 
 
 def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, frames: np.ndarray,
-                   memory_format: torch.memory_format, generator: torch.Generator
+                   memory_format: torch.memory_format, generator: torch.Generator, compute_dtype: torch.dtype | None = None,
                    ) -> tuple[Callable[[], None], Callable[[], None]]:
     """(one inference step at batch n_envs, one training step at the minibatch size) on a fresh model."""
     torch.manual_seed(config.seed)
-    model = ActorCritic(n_actions, config.frame_stack).to(device, memory_format=memory_format)  # type: ignore[call-overload]
+    model = ActorCritic(n_actions, config.frame_stack, compute_dtype=compute_dtype)
+    model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
     mb = config.minibatch_size
     x = torch.randint(0, 256, (mb, *frames.shape[1:]), dtype=torch.uint8, generator=generator)
@@ -274,9 +279,11 @@ def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, fram
     return infer, train
 
 
-def measure_network(config: PPOConfig, n_actions: int, device: torch.device, duration: float) -> dict[str, Any]:
-    """Eager fp32 ActorCritic alone, all cores: inference at n_envs, training at the minibatch size;
-    each in contiguous and channels-last memory format, the best of the two reported."""
+def measure_network(config: PPOConfig, n_actions: int, device: torch.device, duration: float,
+                    compute_dtype: torch.dtype | None = None) -> dict[str, Any]:
+    """Eager ActorCritic alone, all cores: inference at n_envs, training at the minibatch size; in
+    fp32 each in contiguous and channels-last memory format, the best of the two reported; with a
+    `compute_dtype` (bf16) also in it, channels-last (the layout oneDNN's bf16 kernels use)."""
     torch.set_num_threads(os.cpu_count() or 1)
     sync = _sync(device)
     warmup = warmup_seconds(duration)
@@ -288,16 +295,24 @@ def measure_network(config: PPOConfig, n_actions: int, device: torch.device, dur
         infer, train = _network_steps(config, n_actions, device, frames, memory_format, generator)
         out[f"infer_sps_{layout}"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
         out[f"train_sps_{layout}"] = timed_rate(train, config.minibatch_size, duration, warmup, sync=sync)["rate"]
-    # Inference on one thread: what sampling gets if it leaves the other cores to the workers.
-    torch.set_num_threads(1)
-    fmt = torch.channels_last if out["infer_sps_channels_last"] > out["infer_sps_contiguous"] else torch.contiguous_format
-    infer, _ = _network_steps(config, n_actions, device, frames, fmt, generator)
-    out["infer_sps_1_thread"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
-    torch.set_num_threads(out["torch_threads"])
-    out["infer_sps"] = max(out["infer_sps_contiguous"], out["infer_sps_channels_last"])
-    out["train_sps"] = max(out["train_sps_contiguous"], out["train_sps_channels_last"])
+    out["infer_sps_fp32"] = max(out["infer_sps_contiguous"], out["infer_sps_channels_last"])
+    out["train_sps_fp32"] = max(out["train_sps_contiguous"], out["train_sps_channels_last"])
     out["infer_memory_format"] = max(("contiguous", "channels_last"), key=lambda k: out[f"infer_sps_{k}"])
     out["train_memory_format"] = max(("contiguous", "channels_last"), key=lambda k: out[f"train_sps_{k}"])
+    fmt = torch.channels_last if out["infer_memory_format"] == "channels_last" else torch.contiguous_format
+    if compute_dtype is not None:
+        infer, train = _network_steps(config, n_actions, device, frames, torch.channels_last, generator, compute_dtype)
+        out["infer_sps_bf16"] = out["infer_sps"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
+        out["train_sps_bf16"] = out["train_sps"] = timed_rate(train, config.minibatch_size, duration, warmup, sync=sync)["rate"]
+        out["infer_memory_format"] = out["train_memory_format"] = "channels_last"
+        fmt = torch.channels_last
+    else:
+        out["infer_sps"], out["train_sps"] = out["infer_sps_fp32"], out["train_sps_fp32"]
+    # Inference on one thread: what sampling gets if it leaves the other cores to the workers.
+    torch.set_num_threads(1)
+    infer, _ = _network_steps(config, n_actions, device, frames, fmt, generator, compute_dtype)
+    out["infer_sps_1_thread"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
+    torch.set_num_threads(out["torch_threads"])
     return out
 
 
@@ -306,6 +321,7 @@ def measure_network(config: PPOConfig, n_actions: int, device: torch.device, dur
 def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
                   log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:
     device = resolve_device(config.device)
+    compute_dtype = resolve_precision(config.precision, device)
     started = time.perf_counter()
     result: dict[str, Any] = {}
     log(f"[1/3] ale-py AtariVectorEnv, {config.n_envs} envs, {os.cpu_count()} threads …")
@@ -313,11 +329,15 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
     log(f"[2/3] {_pool_name(config)} ({config.n_workers} workers × {config.envs_per_worker} envs) and the trainer on {device} …")
     result.update(measure_pool_and_trainer(config, device, duration, warmup_updates))
     log("[3/3] network alone (pool closed) …")
-    result.update(measure_network(config, result["n_actions"], device, duration))
+    result.update(measure_network(config, result["n_actions"], device, duration, compute_dtype))
 
+    result["precision"] = "fp32" if compute_dtype is None else "bf16"
     result["bound_sps"] = bound_sps(result["ale_vector_sps"], result["infer_sps"], result["train_sps"],
                                     config.epochs, device.type)
+    result["fp32_bound_sps"] = bound_sps(result["ale_vector_sps"], result["infer_sps_fp32"], result["train_sps_fp32"],
+                                         config.epochs, device.type)
     result["loop_fraction_of_bound"] = result["loop_sps"] / result["bound_sps"]
+    result["loop_fraction_of_fp32_bound"] = result["loop_sps"] / result["fp32_bound_sps"]
     result["pool_fraction_of_ale"] = result["pool_env_sps"] / result["ale_vector_sps"]
     result["trainer_peak_rss_mb"] = _status_kb("self", "VmHWM") / 1024
     result["trainer_rss_mb"] = _status_kb("self", "VmRSS") / 1024
@@ -334,7 +354,8 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
         config={"game": config.game, "n_workers": config.n_workers, "envs_per_worker": config.envs_per_worker,
                 "n_envs": config.n_envs, "worker_steps": config.worker_steps, "batch_size": config.batch_size,
                 "epochs": config.epochs, "minibatches": config.minibatches, "minibatch_size": config.minibatch_size,
-                "device": config.device, "torch_threads": config.torch_threads, "backend": config.backend},
+                "device": config.device, "torch_threads": config.torch_threads, "backend": config.backend,
+                "precision": config.precision},
         backend=config.backend,
     )
     return result
@@ -350,22 +371,25 @@ def format_table(r: dict[str, Any]) -> str:
     rows = [
         ("ale_vector_sps", f"ale-py AtariVectorEnv, {c['n_envs']} envs, {r['ale_vector_threads']} threads"),
         ("pool_env_sps", f"{_pool_name(r['config'])} random actions, {c['n_workers']} workers × {c['envs_per_worker']} envs"),
-        ("infer_sps", f"forward at batch {c['n_envs']}, {r['torch_threads']} threads ({r['infer_memory_format']})"),
-        ("infer_sps_1_thread", f"forward at batch {c['n_envs']}, 1 thread ({r['infer_memory_format']})"),
-        ("train_sps", f"fwd+bwd+Adam at minibatch {c['minibatch_size']} ({r['train_memory_format']})"),
+        ("infer_sps_fp32", f"fp32 forward at batch {c['n_envs']}, {r['torch_threads']} threads (best layout)"),
+        ("train_sps_fp32", f"fp32 fwd+bwd+Adam at minibatch {c['minibatch_size']} (best layout)"),
+        ("infer_sps", f"{r['precision']} forward at batch {c['n_envs']}, {r['torch_threads']} threads ({r['infer_memory_format']})"),
+        ("infer_sps_1_thread", f"{r['precision']} forward at batch {c['n_envs']}, 1 thread ({r['infer_memory_format']})"),
+        ("train_sps", f"{r['precision']} fwd+bwd+Adam at minibatch {c['minibatch_size']} ({r['train_memory_format']})"),
         ("sample_sps", "Trainer.collect (rollout with inference)"),
         ("update_sps", f"Trainer.optimize ({c['epochs']} epochs × {c['minibatches']} minibatches)"),
         ("loop_sps", f"Trainer.iteration, {r['loop_updates_timed']} updates after {r['warmup_updates']} warm-up"),
-        ("bound_sps", f"limit from ale/infer/train on {r['device']}"),
+        ("fp32_bound_sps", f"limit from ale/infer/train in fp32 on {r['device']}"),
+        ("bound_sps", f"limit from ale/infer/train in {r['precision']} on {r['device']}"),
     ]
     lines = [f"benchmark {r['date']}  device {r['device']}  cores {r['cpu_count']}  torch {r['torch_version']}",
              f"config: {c['n_workers']} workers × {c['envs_per_worker']} envs, {c['worker_steps']} steps, "
-             f"batch {c['batch_size']}, {c['epochs']} epochs × {c['minibatches']} minibatches",
+             f"batch {c['batch_size']}, {c['epochs']} epochs × {c['minibatches']} minibatches, precision {r['precision']}",
              "", f"{'measure':<19}{'steps/s':>11}  what"]
     lines += [f"{key:<19}{r[key]:>11,.1f}  {what}" for key, what in rows]
     lines += [
         "",
-        f"loop / bound      {r['loop_fraction_of_bound']:.1%}",
+        f"loop / bound      {r['loop_fraction_of_bound']:.1%}   (loop / fp32 bound {r['loop_fraction_of_fp32_bound']:.1%})",
         f"pool / ale-py     {r['pool_fraction_of_ale']:.1%}   ({'actor call' if r['backend'] == 'ray' else 'pipe'} round trip {r['pool_roundtrip_us']:.0f} µs)",
         f"memory (MB)       trainer peak {r['trainer_peak_rss_mb']:.0f}, now {r['trainer_rss_mb']:.0f}; "
         f"{'actors' if r['backend'] == 'ray' else 'workers+forkserver'} peak {r['workers_peak_rss_mb']:.0f} (PSS {r['workers_pss_mb']:.0f})",

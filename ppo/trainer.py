@@ -22,6 +22,7 @@ from torch import nn
 from configs.ppo import PPOConfig, live_ranges, live_value_problem
 from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
 from ppo.checkpoint import check_fits
+from ppo.devices import resolve_precision
 from ppo.losses import explained_variance, ppo_loss
 from ppo.model import ActorCritic, sample_actions
 from ppo.rollout import Batch, Rollout
@@ -77,7 +78,8 @@ class Trainer:
         self.sample_threads = config.sample_threads if device.type == "cpu" else self.train_threads
         with torch_threads(self.train_threads):
             torch.manual_seed(seeds.torch_seed)
-            self.model = ActorCritic(pool.n_actions, config.frame_stack, config.channels_last).to(device)
+            self.model = ActorCritic(pool.n_actions, config.frame_stack, config.channels_last,
+                                     resolve_precision(config.precision, device)).to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
         self.sample_generator = torch.Generator(device=device)
         self.sample_generator.manual_seed(seeds.torch_seed)

@@ -35,7 +35,7 @@ from game.atari import is_known_game, make_ale_env
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
 from ppo.checkpoint import check_fits as check_model_fits
-from ppo.devices import resolve_device
+from ppo.devices import resolve_device, resolve_precision
 from ppo.evaluation import record_training_video
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
@@ -194,6 +194,7 @@ class TrainingRun:
         config = self.config
         check_can_start(config)  # before labml writes anything or a worker starts
         device = resolve_device(config.device)
+        resolve_precision(config.precision, device)  # bf16 where there is none: one line, before anything starts
         live = self._start_labml()
         seeds = derive_seeds(config.seed, config.n_envs)
         with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
