@@ -11,6 +11,7 @@ from pathlib import Path
 
 from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import ConfigError
+from experiments.run.console import say
 from experiments.run.lifecycle import TrainingRun, check_can_start, resume_config
 from game.atari import is_known_game
 from ppo.checkpoint import CheckpointError
@@ -32,14 +33,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = TrainingRun(config, resume, run_uuid=args.resume).run()
     except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: the workers are closed already
-        print("\nstopped at once; the last periodic checkpoint is the one to resume from", file=sys.stderr)
+        say("\nstopped at once; the last periodic checkpoint is the one to resume from")
         return 130
     except ConfigError as e:  # found before anything started (a device this machine lacks)
         fail(str(e))
     except ConnectionError as e:  # Ray could not reach --ray-address
         fail(f"--ray-address {config.ray_address}: could not connect to a Ray cluster there ({str(e).splitlines()[0]})")
     # labml's progress line has no newline of its own; the path must be a line by itself.
-    print(f"\n{result.summary_path}", flush=True)
+    say(f"\n{result.summary_path}", sys.stdout)
     return result.exit_code
 
 

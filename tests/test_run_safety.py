@@ -212,6 +212,22 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before(cli, tmp_pat
     assert cli.leftovers() == []
 
 
+def test_a_sigterm_after_the_stderr_reader_died_still_checkpoints(cli, tmp_path: Path) -> None:
+    """A sweep or curves driver reads its trials' stderr; killed, it leaves them a broken pipe.
+    The SIGTERM that follows (to the group) used to die in its own message (BrokenPipeError,
+    status "crashed", error none, no final checkpoint): now the message is dropped and the run
+    stops as any interrupted run does."""
+    process = cli.start_held(tmp_path / "held", "--updates", "6", *TINY, "--checkpoint-every", "0", "--data-dir", str(tmp_path))
+    process.stderr.close()  # the only reader: the run's next write to stderr gets EPIPE
+    process.send_signal(signal.SIGTERM)
+    stdout = process.stdout.read()
+    assert process.wait(timeout=600) == 128 + signal.SIGTERM
+    summary = summary_of(stdout)
+    assert summary["status"] == "interrupted" and summary["error"] is None and summary["updates"] == 1
+    assert load_checkpoint(Path(summary["checkpoint"]))["update"] == 1  # written at the stop: checkpoint_every is 0
+    assert cli.leftovers() == []
+
+
 # ---- item 6: a checkpoint is data, never code ------------------------------------------------------
 
 class RunsCode:

@@ -10,7 +10,6 @@ it early (after a checkpoint); 1 when a fault stopped it (its last good state ch
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from configs.cli import config_from_overrides
 from configs.live import LiveHyperParams
 from configs.ppo import ConfigError, PPOConfig, config_fields, live_ranges, live_value_problem
 from dashboard.client import finish_app_tracking
+from experiments.run.console import say
 from experiments.run.folders import checkpoint_path, checkpoint_paths, find_run, publish, release_run, rotate_in, running_pid
 from experiments.run.games_csv import GamesCsv
 from experiments.run.stopping import GracefulStop
@@ -115,8 +115,8 @@ def load_last_good_checkpoint(run_dir: Path) -> dict[str, Any]:
             errors.append(e)
             continue
         if errors:
-            print(f"warning: {str(errors[0]).splitlines()[0]}; resuming from the one before it, {path.name} "
-                  f"(update {state.get('update')})", file=sys.stderr)
+            say(f"warning: {str(errors[0]).splitlines()[0]}; resuming from the one before it, {path.name} "
+                f"(update {state.get('update')})")
         return state
     raise errors[0]
 
@@ -130,7 +130,7 @@ def checked_live_values(saved: dict[str, Any] | None) -> dict[str, Any]:
         if problem is None:
             kept[name] = value
         else:
-            print(f"warning: ignoring the checkpoint's live value {name} = {value!r}: expected {problem}", file=sys.stderr)
+            say(f"warning: ignoring the checkpoint's live value {name} = {value!r}: expected {problem}")
     return kept
 
 
@@ -153,8 +153,8 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
             raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as --device may change on --resume)")
     config = config_from_overrides({"dashboard": None, **overrides}, saved, is_known_game)
     if saved.dashboard is not None and config.dashboard is None:
-        print(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
-              "add --dashboard URL to send the resumed run to one", file=sys.stderr)
+        say(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
+            "add --dashboard URL to send the resumed run to one")
     check_fits(checkpoint, config)
     checkpoint["live_values"] = checked_live_values(checkpoint.get("live_values"))
     check_can_start(config, run_dir)
@@ -218,6 +218,9 @@ class TrainingRun:
                     self.error += f"; {e}"
             except CheckpointError as e:
                 self.error = str(e)
+            except Exception as e:  # unforeseen: still named in summary.json, then raised
+                self.error = f"{type(e).__name__}: {e}"
+                raise
             finally:
                 games.append(trainer.take_finished_games())  # those of an update cut short, too
                 games.close()
@@ -343,22 +346,21 @@ class TrainingRun:
             write_json(self.run_dir / "summary.json", summary)
             publish(self.run_dir / "summary.json")
         except OSError as e:
-            print(f"\nerror: could not write {self.run_dir / 'summary.json'}: {e}", file=sys.stderr)
+            say(f"\nerror: could not write {self.run_dir / 'summary.json'}: {e}")
         return summary
 
     def _finish_dashboard(self) -> None:
         if self.config.dashboard and not finish_app_tracking(timeout_s=30.0):
-            print("\nwarning: the dashboard did not take the run's last updates within 30 s; "
-                  "they are in the run folder", file=sys.stderr)
+            say("\nwarning: the dashboard did not take the run's last updates within 30 s; "
+                "they are in the run folder")
 
     def _report(self, summary: dict[str, Any]) -> RunResult:
         path = self.run_dir / "summary.json"
         if self.error is not None:
-            print(f"\nerror: run {summary['run_uuid']} stopped at update {summary['updates']}: {self.error.splitlines()[0]}", file=sys.stderr)
+            say(f"\nerror: run {summary['run_uuid']} stopped at update {summary['updates']}: {self.error.splitlines()[0]}")
             if summary["checkpoint"]:
-                print(f"the last good state is in {summary['checkpoint']}; resume with --resume {summary['run_uuid']}", file=sys.stderr)
+                say(f"the last good state is in {summary['checkpoint']}; resume with --resume {summary['run_uuid']}")
             return RunResult(path, summary, 1)
         if self.stop.requested:
-            print(f"\nstopped by {self.stop.requested} after update {summary['updates']}; resume with --resume {summary['run_uuid']}",
-                  file=sys.stderr)
+            say(f"\nstopped by {self.stop.requested} after update {summary['updates']}; resume with --resume {summary['run_uuid']}")
         return RunResult(path, summary, self.stop.exit_code)

@@ -4,8 +4,9 @@ update (which is then checkpointed); a second one stops at once."""
 from __future__ import annotations
 
 import signal
-import sys
 from types import FrameType, TracebackType
+
+from experiments.run.console import say
 
 
 class GracefulStop:
@@ -27,8 +28,7 @@ class GracefulStop:
         if self.requested is not None:
             raise KeyboardInterrupt(f"second stop request ({name}): stopping now")
         self.requested = name
-        print(f"\n{name} received: stopping after this update and saving a checkpoint "
-              "(send it again to stop at once)", file=sys.stderr, flush=True)
+        say(f"\n{name} received: stopping after this update and saving a checkpoint (send it again to stop at once)")
 
     @property
     def exit_code(self) -> int:
