@@ -7,10 +7,12 @@ On top of the stock app this:
 - serves the CDN libraries from a local cache (see `assets`);
 - replaces the static-file route, which served any file on the machine through an
   encoded `..` (``/..%2f..%2fetc%2fhostname``), with one confined to its folder;
-- answers bad input (malformed JSON, huge bodies, wrong types) with a 4xx JSON error.
+- answers bad input (malformed JSON, huge bodies, wrong types) with a 4xx JSON error;
+- answers only for the host names it is served under (see `guard`).
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
-(loading labml-app and adjusting its routes, middleware and CORS), `checks` (untrusted input),
+(loading labml-app and adjusting its routes, middleware and CORS), `guard` (which requests get
+in), `checks` (untrusted input),
 `web` (errors as JSON, the body size limit).  labml-app builds its app object when
 `labml_app.flask_app` is imported, so `create_app` can be called once per process.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from dashboard.assets import VendorAssets, vendor_folders
+from dashboard.guard import RequestGuard, allowed_host_names
 from dashboard.handlers import DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import drop_stock_error_middleware, load_labml_app, replace_stock_routes, trust_only_origin
@@ -40,6 +43,7 @@ class DashboardSettings:
     host: str = "127.0.0.1"
     port: int = 5005
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    allowed_hosts: tuple[str, ...] = ()  # answered besides the loopback names and `host`
 
 
 def create_app(settings: DashboardSettings) -> FastAPI:
@@ -51,6 +55,8 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     drop_stock_error_middleware(flask_app)
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")
     answer_errors_as_json(flask_app.app, settings.max_body_bytes)
+    # Added last, so it is the outermost middleware: refused requests reach nothing else.
+    flask_app.app.add_middleware(RequestGuard, allowed_hosts=allowed_host_names(settings.host, settings.allowed_hosts))
     return flask_app.app
 
 

@@ -1,4 +1,4 @@
-"""The pieces on their own: change validation, the atomic file store, the asset cache."""
+"""The pieces on their own: change validation, the atomic file store, the asset cache, Host checks."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dashboard.assets import PACKAGES, VendorAssets, _install, ensure_assets
+from dashboard.guard import allowed_host_names, normalize_host_name, split_host
 from dashboard.hyperparams import (
     DynamicParamSpec,
     HyperParamError,
@@ -191,3 +192,22 @@ def test_cached_packages_are_used_without_the_network(tmp_path: Path) -> None:
     assets = VendorAssets(tmp_path, [d3], [])
     assert assets.rewrite_index(f'<script src="{d3.cdn_url}"></script>') == \
         f'<script src="/_vendor/{d3.folder}/{d3.local_path}"></script>'
+
+
+@pytest.mark.parametrize("header, expected", [
+    ("127.0.0.1:5005", ("127.0.0.1", 5005)), ("LocalHost.", ("localhost", None)), ("[::1]:80", ("[::1]", 80)),
+    ("[0:0::1]", ("[::1]", None)), ("Dash.Example.COM:443", ("dash.example.com", 443)),
+    ("evil.example@127.0.0.1", None), ("127.0.0.1:x", None), ("127.0.0.1:5005/x", None), ("", None),
+    ("a b", None), ("*", None), ("-bad.example", None),
+])
+def test_host_headers_are_split_and_normalized(header: str, expected: tuple[str, int | None] | None) -> None:
+    assert split_host(header) == expected
+
+
+def test_allowed_hosts_are_loopback_the_bound_address_and_extra_names() -> None:
+    assert allowed_host_names("0.0.0.0") == {"127.0.0.1", "localhost", "[::1]"}
+    assert allowed_host_names("192.168.1.5", ["Dash.Example."]) == {"127.0.0.1", "localhost", "[::1]", "192.168.1.5",
+                                                                     "dash.example"}
+    assert allowed_host_names("fe80::1") >= {"[fe80::1]"}
+    with pytest.raises(ValueError):
+        normalize_host_name("dash.example:80")
