@@ -8,11 +8,12 @@ On top of the stock app this:
 - replaces the static-file route, which served any file on the machine through an
   encoded `..` (``/..%2f..%2fetc%2fhostname``), with one confined to its folder;
 - answers bad input (malformed JSON, huge bodies, wrong types) with a 4xx JSON error;
-- answers only for the host names it is served under (see `guard`).
+- answers only for the host names it is served under, and refuses cross-site writes and
+  non-JSON bodies (see `guard`).
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
-(loading labml-app and adjusting its routes, middleware and CORS), `guard` (which requests get
-in), `checks` (untrusted input),
+(loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin and
+Content-Type checks), `checks` (untrusted input),
 `web` (errors as JSON, the body size limit).  labml-app builds its app object when
 `labml_app.flask_app` is imported, so `create_app` can be called once per process.
 """

@@ -1,8 +1,12 @@
-"""The first thing every request meets: is it for this dashboard.
+"""The first thing every request meets: is it for this dashboard, and from its own pages.
 
-DNS rebinding: a page on ``evil.example`` whose name is re-pointed at 127.0.0.1 reaches the
-dashboard with ``Host: evil.example``; only the names the dashboard is served under are answered
-(421 otherwise).  An address typed into a browser is always such a name.
+- DNS rebinding: a page on ``evil.example`` whose name is re-pointed at 127.0.0.1 reaches the
+  dashboard with ``Host: evil.example``; only the names the dashboard is served under are answered
+  (421 otherwise).  An address typed into a browser is always such a name.
+- Cross-site writes: a page on another site can still send "simple" requests (a ``text/plain``
+  POST, ``fetch(..., {mode: 'no-cors'})``) without any CORS check.  A state-changing request must
+  carry a JSON body (which no simple request can) and, if it has an ``Origin``, this dashboard's
+  (browsers always send one on such requests; labml's client and `experiments.tweak` send none).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dashboard.web import BadRequest, error_response
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 WILDCARD_BINDS = ("0.0.0.0", "::", "")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
 _HOST_NAME_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*$")
 
 
@@ -57,12 +63,29 @@ def split_host(value: str) -> tuple[str, int | None] | None:
     return name, port
 
 
+def same_origin(origin: str, host: str) -> bool:
+    """Whether an Origin header names the site the request was sent to (by its Host header).
+
+    Scheme is not compared: behind a TLS proxy the page is https while the dashboard sees http.
+    """
+    parts = urllib.parse.urlsplit(origin)
+    target = split_host(host)
+    if parts.scheme not in DEFAULT_PORTS or target is None or parts.path not in ("", "/"):
+        return False
+    try:
+        origin_port = parts.port or DEFAULT_PORTS[parts.scheme]
+        origin_name = normalize_host_name(parts.hostname or "")
+    except ValueError:
+        return False
+    return (origin_name, origin_port) == (target[0], target[1] or DEFAULT_PORTS[parts.scheme])
+
+
 def _preview(value: str) -> str:
     return ascii(value[:80])
 
 
 class RequestGuard:
-    """ASGI middleware: only requests addressed to an allowed host name get through."""
+    """ASGI middleware: Host allowlist, same-origin writes, JSON-only bodies."""
 
     def __init__(self, app: ASGIApp, *, allowed_hosts: frozenset[str]) -> None:
         self.app = app
@@ -73,11 +96,20 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         try:
-            self.check_host(Headers(scope=scope).get("host"))
+            self._check(scope)
         except BadRequest as e:
             await error_response(e.status_code, e.message)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    def _check(self, scope: Scope) -> None:
+        headers = Headers(scope=scope)
+        self.check_host(headers.get("host"))
+        if scope["method"] in SAFE_METHODS:
+            return  # reads change nothing; cross-site pages cannot read the answers
+        check_origin(headers.get("origin"), headers.get("host", ""))
+        if has_body(headers):
+            check_json_content_type(headers.get("content-type"))
 
     def check_host(self, host: str | None) -> None:
         # The port plays no part: a rebinding page can use any, and a proxy may rewrite it.
@@ -86,3 +118,19 @@ class RequestGuard:
             allowed = ", ".join(sorted(self.allowed_hosts))
             raise BadRequest(421, f"Host {'(none)' if host is None else _preview(host)} is not a name this dashboard is served under; "
                                   f"expected one of {allowed} (add names with --allowed-host)")
+
+
+def check_origin(origin: str | None, host: str) -> None:
+    if origin is not None and not same_origin(origin, host):
+        raise BadRequest(403, f"Origin {_preview(origin)} is not this dashboard's (Host {_preview(host)}); "
+                              f"cross-site requests may only read")
+
+
+def has_body(headers: Headers) -> bool:
+    return headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+
+
+def check_json_content_type(content_type: str | None) -> None:
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise BadRequest(415, f"Content-Type {_preview(content_type or '(none)')}: expected application/json")

@@ -1,17 +1,34 @@
-"""Issue #11 item 1, reproduced against a real dashboard on 127.0.0.1 with real HTTP requests.
+"""Issue #11, reproduced against a real dashboard on 127.0.0.1 with real HTTP requests.
 
-DNS rebinding: a request whose Host names another site is refused.
+1. DNS rebinding: a request whose Host names another site is refused.
+2. Cross-site writes: what a page on another site can send (text/plain, no-cors, a foreign
+   Origin) changes nothing.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dashboard_support import Dashboard
+
+LABML_VERSION = "0.5.3"
+MAX_BODY_BYTES = 2 * 1024 * 1024  # dashboard.app.DEFAULT_MAX_BODY_BYTES
+MAX_RUN_BYTES = 64 * 1024 * 1024  # dashboard.usage.MAX_RUN_BYTES
+SERIES_BYTES = 32 * 1024  # dashboard.usage.SERIES_BYTES
+EVIL = "http://rebind.evil.example"
+
+
+def track_path(run_uuid: str, version: str = LABML_VERSION) -> str:
+    return f"/api/v1/default/track?run_uuid={run_uuid}&labml_version={version}"
+
+
+def new_uuid() -> str:
+    return uuid.uuid4().hex
 
 
 def send(dashboard: Dashboard, method: str, path: str, body: bytes | None = None,
@@ -39,12 +56,22 @@ def send(dashboard: Dashboard, method: str, path: str, body: bytes | None = None
         return status, text
 
 
+def send_json(dashboard: Dashboard, method: str, path: str, value: Any, **headers: str) -> tuple[int, Any]:
+    return send(dashboard, method, path, json.dumps(value).encode(), {"Content-Type": "application/json", **headers})
+
+
 def assert_refused(answer: Any, *fragments: str) -> None:
     """One JSON line, {"error": ...}, naming what was wrong."""
     assert isinstance(answer, dict) and set(answer) == {"error"}, answer
     assert "\n" not in answer["error"], answer
     for fragment in fragments:
         assert fragment in answer["error"], (fragment, answer)
+
+
+def run_uuids(dashboard: Dashboard) -> list[str]:
+    status, runs = dashboard.request("GET", "/api/v1/runs/null")
+    assert status == 200, runs
+    return [r["run_uuid"] for r in runs["runs"]]
 
 
 # 1. DNS rebinding
@@ -83,3 +110,53 @@ def test_allowed_host_adds_a_name(tmp_path: Path, no_leftover_processes: None) -
         assert_refused(answer, "10.1.2.3, 127.0.0.1, [::1], dashboard.example.test, localhost")
     finally:
         d.kill()
+
+
+# 2. Cross-site writes
+
+
+def test_cross_site_requests_cannot_write(dashboard: Dashboard, finished_run: str) -> None:
+    attack_uuid = new_uuid()
+    attempts = [  # what fetch(url, {method: "POST", mode: "no-cors", body}) from another site sends, and variants
+        ("POST", track_path(attack_uuid), {"name": "planted"}),
+        ("POST", f"/api/v1/run/{finished_run}", {"name": "renamed"}),
+        ("POST", "/api/v1/runs/archive", {"run_uuids": [finished_run]}),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", {"learning_rate": 0.001}),
+        ("PUT", f"/api/v1/run/{finished_run}/claim", None),
+    ]
+    for method, path, value in attempts:
+        body = None if value is None else json.dumps(value).encode()
+        for origin in (EVIL, "null", f"https://127.0.0.1:{dashboard.port}.evil.example"):
+            for content_type in ("text/plain", "application/json"):
+                status, answer = send(dashboard, method, path, body, {"Content-Type": content_type, "Origin": origin})
+                assert status == 403, (path, origin, content_type, status, answer)
+                assert_refused(answer, f"Origin {origin!r}")
+        if body is None:
+            continue
+        # Without an Origin (a page cannot leave it out) a body must still be JSON.
+        for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
+            headers = {} if content_type is None else {"Content-Type": content_type}
+            status, answer = send(dashboard, method, path, body, headers)
+            assert status == 415, (path, content_type, status, answer)
+            assert_refused(answer, "Content-Type", "expected application/json")
+
+    # Nothing changed: no planted run, the run keeps its name and folder, nothing queued.
+    assert dashboard.request("GET", f"/api/v1/run/{attack_uuid}")[0] == 404
+    listed = run_uuids(dashboard)
+    assert finished_run in listed and attack_uuid not in listed
+    assert dashboard.request("GET", f"/api/v1/run/{finished_run}")[1]["name"] == "probe"
+    info = dashboard.request("GET", f"/api/v1/hyperparams/{finished_run}")[1]
+    assert info["params"]["learning_rate"]["pending"] is None
+
+
+def test_same_origin_and_origin_less_writes_work(dashboard: Dashboard, finished_run: str) -> None:
+    port = dashboard.port
+    for origin, host in [(f"http://127.0.0.1:{port}", f"127.0.0.1:{port}"), (f"http://localhost:{port}", f"localhost:{port}"),
+                         (f"http://[::1]:{port}", f"[::1]:{port}")]:
+        status, answer = send_json(dashboard, "POST", f"/api/v1/run/{finished_run}", {"comment": origin},
+                                   Origin=origin, Host=host)
+        assert status == 200, (origin, answer)
+        assert dashboard.request("GET", f"/api/v1/run/{finished_run}")[1]["comment"] == origin
+    # labml's client and experiments.tweak send no Origin (the probe run and test_live_run show both work).
+    status, answer = send_json(dashboard, "POST", f"/api/v1/run/{finished_run}", {"comment": ""})
+    assert status == 200, answer

@@ -1,4 +1,5 @@
-"""The pieces on their own: change validation, the atomic file store, the asset cache, Host checks."""
+"""The pieces on their own: change validation, the atomic file store, the asset cache, Host and
+Origin checks."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dashboard.assets import PACKAGES, VendorAssets, _install, ensure_assets
-from dashboard.guard import allowed_host_names, normalize_host_name, split_host
+from dashboard.guard import allowed_host_names, normalize_host_name, same_origin, split_host
 from dashboard.hyperparams import (
     DynamicParamSpec,
     HyperParamError,
@@ -211,3 +212,18 @@ def test_allowed_hosts_are_loopback_the_bound_address_and_extra_names() -> None:
     assert allowed_host_names("fe80::1") >= {"[fe80::1]"}
     with pytest.raises(ValueError):
         normalize_host_name("dash.example:80")
+
+
+@pytest.mark.parametrize("origin, host, same", [
+    ("http://127.0.0.1:5005", "127.0.0.1:5005", True),
+    ("https://dash.example", "dash.example", True),  # a TLS proxy in front: the port is the default one
+    ("https://dash.example", "dash.example:443", True),
+    ("http://dash.example", "dash.example:8080", False),
+    ("http://localhost:5005", "127.0.0.1:5005", False),  # another origin, even if it is the same machine
+    ("http://127.0.0.1:5006", "127.0.0.1:5005", False),
+    ("null", "127.0.0.1:5005", False),
+    ("file://", "127.0.0.1:5005", False),
+    ("http://127.0.0.1:5005/path", "127.0.0.1:5005", False),
+])
+def test_same_origin_compares_name_and_port(origin: str, host: str, same: bool) -> None:
+    assert same_origin(origin, host) is same
