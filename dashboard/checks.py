@@ -5,13 +5,13 @@ Each raises `BadRequest` with a message for the client, or answers whether a pat
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 
+from dashboard.guard import parsed_json
 from dashboard.web import BadRequest
 
 RUN_UUID_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
@@ -36,11 +36,12 @@ def query_int(request: Request, name: str) -> int:
         raise BadRequest(400, f"query parameter {name}={raw[:40]!r}: expected an integer") from None
 
 
-async def json_body(request: Request) -> Any:
+def json_body(request: Request) -> Any:
+    """The request's JSON body, as `guard.RequestGuard` parsed it."""
     try:
-        return await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadRequest(400, f"malformed JSON body: {e}") from None
+        return parsed_json(request.scope)
+    except KeyError:
+        raise BadRequest(400, "expected a JSON body (Content-Type: application/json)") from None
 
 
 def check_packets(body: Any) -> None:

@@ -66,13 +66,15 @@ class DashboardHandlers:
         rank = query_int(request, "rank")
         world_size = query_int(request, "world_size")
         main_rank = query_int(request, "main_rank")
-        packets = await json_body(request)  # the stock handler re-reads the cached body
+        packets = json_body(request)
         check_packets(packets)
         if project_db.get_project(labml_token) is None:
             # The hosted app told unknown tokens to register; locally any token (such as the
             # documented 'default') files the run under the token-less "float" project, and
             # it is claimed below.  Otherwise labml's client stops at the first reply.
             labml_token = labml_settings.FLOAT_PROJECT_TOKEN
+        # The stock handler reads the body with request.json(): hand it the strictly parsed one.
+        request._json = packets
         res: dict[str, Any] = await handlers._update_run(
             request, labml_token, request.query_params.get("labml_version", ""),
             run_uuid, rank, world_size, main_rank)
@@ -104,7 +106,7 @@ class DashboardHandlers:
             raise BadRequest(415, "expected Content-Type: application/json")
         r = self._get_run(run_uuid)
         try:
-            accepted = validate_changes(dynamic_specs(r.configs), await json_body(request))
+            accepted = validate_changes(dynamic_specs(r.configs), json_body(request))
         except HyperParamError as e:
             raise BadRequest(422, str(e)) from None
         return {"run_uuid": run_uuid, "pending": self.hp_store.add_pending(run_uuid, accepted)}

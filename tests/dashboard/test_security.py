@@ -3,18 +3,24 @@
 1. DNS rebinding: a request whose Host names another site is refused.
 2. Cross-site writes: what a page on another site can send (text/plain, no-cors, a foreign
    Origin) changes nothing.
+3. Lasting denial of service: unstorable input is refused at ingestion, and no refused request
+   breaks a later one, also after a restart.
+4. Large posts: refused past the body cap before they are read; the server answers others while
+   a large post trickles in.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import select
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_support import Dashboard
+from dashboard_support import Dashboard, ProbeRun
 
 LABML_VERSION = "0.5.3"
 MAX_BODY_BYTES = 2 * 1024 * 1024  # dashboard.app.DEFAULT_MAX_BODY_BYTES
@@ -72,6 +78,12 @@ def run_uuids(dashboard: Dashboard) -> list[str]:
     status, runs = dashboard.request("GET", "/api/v1/runs/null")
     assert status == 200, runs
     return [r["run_uuid"] for r in runs["runs"]]
+
+
+def series_names(dashboard: Dashboard, run_uuid: str) -> set[str]:
+    status, metrics = dashboard.request("POST", f"/api/v1/metrics/{run_uuid}", {"get_all": True})
+    assert status == 200, metrics
+    return {s["name"] for s in metrics["series"]}
 
 
 # 1. DNS rebinding
@@ -160,3 +172,131 @@ def test_same_origin_and_origin_less_writes_work(dashboard: Dashboard, finished_
     # labml's client and experiments.tweak send no Origin (the probe run and test_live_run show both work).
     status, answer = send_json(dashboard, "POST", f"/api/v1/run/{finished_run}", {"comment": ""})
     assert status == 200, answer
+
+
+# 3. Lasting denial of service
+
+
+def bad_requests(run_uuid: str) -> list[tuple[str, str, bytes, int, tuple[str, ...]]]:
+    """(method, path, body, status, fragments of the message) of each unstorable request."""
+    fresh = new_uuid()
+    return [
+        ("POST", track_path(fresh), b'{"name": "x \\ud800"}', 400, ("field name", "lone surrogate")),
+        ("POST", track_path(fresh), b'[{"time": 1}, {"name": "\\udfff"}]', 400, ("field [1].name", "lone surrogate")),
+        ("POST", track_path(fresh), b'{"tags": ["ok", "\\ud83d"]}', 400, ("field tags[1]", "lone surrogate")),
+        ("POST", track_path(fresh), b'{"indicators": {"\\ud800": {}}}', 400, ("field indicators", "lone surrogate")),
+        ("POST", f"/api/v1/run/{run_uuid}", b'{"name": "x \\ud800"}', 400, ("field name", "lone surrogate")),
+        ("POST", track_path(fresh), b"\xed\xa0\x80", 400, ("not UTF-8",)),
+        ("POST", track_path(fresh), b'{"configs": {"a": {"name": "a", "computed": NaN}}}', 400,
+         ("field configs.a.computed", "NaN is not allowed")),
+        ("POST", track_path(fresh), b'{"configs": {"a": {"name": "a", "computed": -Infinity}}}', 400, ("-Infinity",)),
+        ("POST", track_path(fresh), b'{"track": {"loss": {"step": [1], "value": [1e400]}}}', 400,
+         ("field track.loss.value[0]", "1e400 is out of range")),
+        ("POST", f"/api/v1/run/{run_uuid}", b'{"comment": Infinity}', 400, ("field comment", "Infinity")),
+        ("POST", track_path(fresh), b"[" * 100_000 + b"]" * 100_000, 400, ("nested deeper than 32 levels",)),
+        ("POST", track_path(fresh), b"[" * 40 + b"]" * 40, 400, ("nested deeper than 32 levels",)),
+        ("POST", track_path(fresh), b'{"pid": ' + b"9" * 5000 + b"}", 400, ("field pid", "5000 digits")),
+        ("POST", track_path(fresh), b'{"pid": 9223372036854775808}', 400, ("field pid", "64-bit integer")),
+    ]
+
+
+def assert_store_intact(dashboard: Dashboard, run_uuid: str) -> None:
+    """The runs list, the run's page and its metrics all answer, and only the real run is there."""
+    assert run_uuids(dashboard) == [run_uuid]
+    status, run = dashboard.request("GET", f"/api/v1/run/{run_uuid}")
+    assert status == 200 and run["name"] == "probe" and run["comment"] == ""
+    assert dashboard.request("GET", f"/api/v1/run/status/{run_uuid}")[0] == 200
+    assert series_names(dashboard, run_uuid) == {"loss"}
+    assert dashboard.request("POST", f"/api/v1/logs/stdout/{run_uuid}", {"page": -1})[0] == 200
+
+
+def test_unstorable_input_is_refused_and_breaks_nothing(tmp_path: Path, no_leftover_processes: None) -> None:
+    data = tmp_path / "data"
+    first = Dashboard(data)
+    try:
+        first.wait_ready()
+        probe = ProbeRun(tmp_path / "probe", f"{first.url}/api/v1/default", "5")
+        run_uuid = probe.run_uuid()
+        assert probe.wait() == 0, probe.output
+        assert_store_intact(first, run_uuid)
+        for method, path, body, expected, fragments in bad_requests(run_uuid):
+            status, answer = send(first, method, path, body, {"Content-Type": "application/json"})
+            assert status == expected, (method, path, body[:80], status, answer)
+            assert_refused(answer, *fragments)
+            assert_store_intact(first, run_uuid)
+        assert first.terminate() == 0
+    finally:
+        first.kill()
+
+    # Nothing that was refused comes back to haunt a restarted dashboard.
+    second = Dashboard(data)
+    try:
+        second.wait_ready()
+        assert_store_intact(second, run_uuid)
+    finally:
+        second.kill()
+
+
+def test_chunked_body_past_the_cap_gets_a_413(dashboard: Dashboard, finished_run: str) -> None:
+    attack_uuid = new_uuid()
+    for path in (track_path(attack_uuid), f"/api/v1/run/{finished_run}"):
+        with socket.create_connection(("127.0.0.1", dashboard.port), timeout=60) as sock:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{dashboard.port}\r\n"
+                         f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+            # One byte past the cap, and no more: the server has read all we sent when it answers.
+            data = b"[" + b"0," * (MAX_BODY_BYTES // 2)
+            sock.sendall(f"{len(data):x}\r\n".encode() + data)
+            status_line, answer = read_response(sock)
+        assert status_line.startswith("HTTP/1.1 413"), status_line
+        assert_refused(answer, f"larger than {MAX_BODY_BYTES} bytes")
+    assert attack_uuid not in run_uuids(dashboard)
+
+
+def read_response(sock: socket.socket) -> tuple[str, Any]:
+    """(status line, parsed JSON body) of a response the server ends by closing the connection or by its length."""
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed mid-response: {raw!r}"
+        raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed mid-body: {raw!r}"
+        body += chunk
+    return head.split(b"\r\n")[0].decode(), json.loads(body)
+
+
+# 4. Large posts and the per-run cap
+
+
+def test_a_post_past_the_cap_is_refused_before_it_is_read(dashboard: Dashboard, finished_run: str) -> None:
+    # The issue's 13.6 MB post: the answer comes from its headers alone.
+    for path in (track_path(new_uuid()), f"/api/v1/run/{finished_run}", "/api/v1/runs/archive"):
+        with socket.create_connection(("127.0.0.1", dashboard.port), timeout=60) as sock:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{dashboard.port}\r\n"
+                         f"Content-Type: application/json\r\nContent-Length: 13600000\r\n\r\n".encode())
+            status_line, answer = read_response(sock)
+        assert status_line.startswith("HTTP/1.1 413"), status_line
+        assert_refused(answer, f"13600000 bytes is larger than {MAX_BODY_BYTES} bytes")
+
+
+def test_other_requests_are_answered_while_a_large_post_trickles_in(dashboard: Dashboard, finished_run: str) -> None:
+    run_uuid = new_uuid()
+    words = "x" * 99 + " "  # nothing JSON escapes, so the body's size is known
+    body = json.dumps({"name": "large", "stdout": words * ((MAX_BODY_BYTES - 100) // len(words))}).encode()
+    assert MAX_BODY_BYTES - 200 < len(body) <= MAX_BODY_BYTES
+    with socket.create_connection(("127.0.0.1", dashboard.port), timeout=60) as sock:
+        sock.sendall(f"POST {track_path(run_uuid)} HTTP/1.1\r\nHost: 127.0.0.1:{dashboard.port}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+        for i, part in enumerate((body[:len(body) // 2], body[len(body) // 2:])):
+            sock.sendall(part)
+            if i == 0:
+                # Half the body is in: other requests are answered meanwhile, the post is not.
+                assert finished_run in run_uuids(dashboard)
+                assert dashboard.request("GET", f"/api/v1/run/{finished_run}")[0] == 200
+                assert select.select([sock], [], [], 0)[0] == [], "the post was answered before its body was sent"
+        status_line, answer = read_response(sock)
+    assert status_line.startswith("HTTP/1.1 200"), (status_line, answer)
+    assert dashboard.request("GET", f"/api/v1/run/{run_uuid}")[1]["name"] == "large"

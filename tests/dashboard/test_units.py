@@ -1,11 +1,12 @@
-"""The pieces on their own: change validation, the atomic file store, the asset cache, Host and
-Origin checks."""
+"""The pieces on their own: change validation, the atomic file store, the asset cache, strict JSON,
+Host and Origin checks."""
 
 from __future__ import annotations
 
 import io
 import json
 import math
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dashboard import strict_json
 from dashboard.assets import PACKAGES, VendorAssets, _install, ensure_assets
 from dashboard.guard import allowed_host_names, normalize_host_name, same_origin, split_host
 from dashboard.hyperparams import (
@@ -31,6 +33,7 @@ from dashboard.store import (
     DataFolderLock,
     atomic_write,
 )
+from dashboard.web import BadRequest
 
 LR = DynamicParamSpec("learning_rate", "float", 2.5e-4, 0.0, 1e-2)
 EPOCHS = DynamicParamSpec("epochs", "int", 4, 1, 16)
@@ -193,6 +196,32 @@ def test_cached_packages_are_used_without_the_network(tmp_path: Path) -> None:
     assets = VendorAssets(tmp_path, [d3], [])
     assert assets.rewrite_index(f'<script src="{d3.cdn_url}"></script>') == \
         f'<script src="/_vendor/{d3.folder}/{d3.local_path}"></script>'
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b'{"a": NaN}', "field a: NaN is not allowed"),
+    (b'{"a": [1, Infinity]}', "field a[1]: Infinity is not allowed"),
+    (b'{"a": {"b c": -1e309}}', 'field a["b c"]: -1e309 is out of range'),
+    (b'{"a": "\\ud800x"}', "field a: '\\ud800x' has a lone surrogate at index 0"),
+    (b'{"\\udc00": 1}', "the body: '\\udc00' has a lone surrogate"),
+    (b'{"pid": -9223372036854775809}', "field pid: an integer of 19 digits is out of range"),
+    (b'{"pid": 12345678901234567890}', "field pid: an integer of 20 digits is out of range"),
+    (b"[" * 33 + b"]" * 33, "is nested deeper than 32 levels"),
+    (b"[" * 5000 + b"]" * 5000, "the body is nested deeper than 32 levels"),
+    (b"\xff", "the body is not UTF-8 (byte 0)"),
+    (b"\xef\xbb\xbf{}", "malformed JSON body"),  # a BOM
+    (b"", "malformed JSON body"),
+])
+def test_strict_json_refuses_what_the_store_cannot_hold(raw: bytes, message: str) -> None:
+    with pytest.raises(BadRequest, match=re.escape(message)) as refused:
+        strict_json.loads(raw)
+    assert refused.value.status_code == 400
+
+
+def test_strict_json_keeps_everything_else() -> None:
+    raw = b'[{"a": [1.5, -2, 9223372036854775807, "\\ud83d\\ude00", null, true]}]'
+    assert strict_json.loads(raw) == [{"a": [1.5, -2, 2 ** 63 - 1, "\U0001F600", None, True]}]
+    assert strict_json.loads(b"[" * 32 + b"]" * 32) == eval("[" * 31 + "[]" + "]" * 31)
 
 
 @pytest.mark.parametrize("header, expected", [
