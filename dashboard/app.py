@@ -9,13 +9,13 @@ On top of the stock app this:
   encoded `..` (``/..%2f..%2fetc%2fhostname``), with one confined to its folder;
 - answers only for the host names it is served under, refuses cross-site writes and
   non-JSON bodies, and caps request bodies (see `guard`);
-- parses bodies strictly (`strict_json`): what the store could not hold (NaN, lone
-  surrogates, huge integers, deep nesting) is refused, so nothing stored breaks a later
-  request; bad input gets a 4xx JSON error.
+- refuses bad input at ingestion (malformed or unstorable JSON, wrong types, unknown runs)
+  with a 4xx JSON error, so nothing stored can break a later request.
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
 (loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,
-bodies), `strict_json` (parsing), `checks` (untrusted input), `web` (errors as JSON).
+bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
+`stock_api` (labml-app's own endpoints), `web` (errors as JSON).
 labml-app builds its app object when `labml_app.flask_app` is imported, so `create_app` can be
 called once per process.
 """
@@ -33,6 +33,7 @@ from dashboard.guard import RequestGuard, allowed_host_names
 from dashboard.handlers import DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import drop_stock_error_middleware, load_labml_app, replace_stock_routes, trust_only_origin
+from dashboard.stock_api import check_stock_routes
 from dashboard.web import answer_errors_as_json
 
 # labml's packets weigh a few KB (the largest measured, a Breakout run's configs, 12.9 KB); labml
@@ -57,6 +58,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     static_root = Path(flask_app.STATIC_PATH)
     handlers = DashboardHandlers(HyperParamStore(settings.data_dir / "hyperparams.json"), static_root,
                                  vendor_folders(settings.assets), build_index(static_root, settings.assets))
+    check_stock_routes(flask_app.app)
     replace_stock_routes(flask_app, first=handlers.routes(), last=handlers.catch_all_routes())
     drop_stock_error_middleware(flask_app)
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")

@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
 from dashboard.assets import VENDOR_ROUTE
-from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, query_int, safe_file
+from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, safe_file, track_query
 from dashboard.hyperparams import HyperParamError, HyperParamStore, dynamic_specs, reported_values, validate_changes
 from dashboard.web import BadRequest, json_endpoint
 
@@ -56,28 +56,24 @@ class DashboardHandlers:
                 Route("/{file_path:path}", json_endpoint(self.static_or_page), methods=["GET"])]
 
     async def track(self, request: Request, labml_token: str) -> dict[str, Any]:
-        """labml's client endpoint: the stock handler plus claiming and live hyperparameters."""
+        """labml's client endpoint: the stock handler plus checks, claiming and live hyperparameters."""
         from labml_app import handlers
         from labml_app import settings as labml_settings
         from labml_app.db import project as project_db
         from labml_app.db import run as run_db
 
-        run_uuid = request.query_params.get("run_uuid", "")
-        rank = query_int(request, "rank")
-        world_size = query_int(request, "world_size")
-        main_rank = query_int(request, "main_rank")
-        packets = json_body(request)
-        check_packets(packets)
+        run_uuid, version, rank, world_size, main_rank = track_query(request)
+        body = json_body(request)
+        packets = check_packets(body)
         if project_db.get_project(labml_token) is None:
             # The hosted app told unknown tokens to register; locally any token (such as the
             # documented 'default') files the run under the token-less "float" project, and
             # it is claimed below.  Otherwise labml's client stops at the first reply.
             labml_token = labml_settings.FLOAT_PROJECT_TOKEN
         # The stock handler reads the body with request.json(): hand it the strictly parsed one.
-        request._json = packets
-        res: dict[str, Any] = await handlers._update_run(
-            request, labml_token, request.query_params.get("labml_version", ""),
-            run_uuid, rank, world_size, main_rank)
+        request._json = body
+        res: dict[str, Any] = await handlers._update_run(request, labml_token, version, run_uuid, rank,
+                                                         world_size, main_rank)
         if not res.get("errors") and rank == main_rank:
             r = run_db.get(run_uuid)
             if r is not None and not r.is_claimed:

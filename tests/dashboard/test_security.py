@@ -180,6 +180,7 @@ def test_same_origin_and_origin_less_writes_work(dashboard: Dashboard, finished_
 def bad_requests(run_uuid: str) -> list[tuple[str, str, bytes, int, tuple[str, ...]]]:
     """(method, path, body, status, fragments of the message) of each unstorable request."""
     fresh = new_uuid()
+    packet = json.dumps({"name": "x", "pid": 1}).encode()
     return [
         ("POST", track_path(fresh), b'{"name": "x \\ud800"}', 400, ("field name", "lone surrogate")),
         ("POST", track_path(fresh), b'[{"time": 1}, {"name": "\\udfff"}]', 400, ("field [1].name", "lone surrogate")),
@@ -197,6 +198,33 @@ def bad_requests(run_uuid: str) -> list[tuple[str, str, bytes, int, tuple[str, .
         ("POST", track_path(fresh), b"[" * 40 + b"]" * 40, 400, ("nested deeper than 32 levels",)),
         ("POST", track_path(fresh), b'{"pid": ' + b"9" * 5000 + b"}", 400, ("field pid", "5000 digits")),
         ("POST", track_path(fresh), b'{"pid": 9223372036854775808}', 400, ("field pid", "64-bit integer")),
+        ("POST", track_path(fresh, "x.y"), packet, 400, ("labml_version='x.y'", "0.5.3")),
+        ("POST", track_path(fresh, ""), packet, 400, ("labml_version=''",)),
+        ("POST", track_path("short"), packet, 400, ("run_uuid='short'",)),
+        ("POST", track_path(fresh + "_x"), packet, 400, ("run_uuid=",)),
+        # Types labml-app would store and then fail on when showing the run.
+        ("POST", track_path(fresh), b'{"commit": 5, "repo_remotes": ["git@host:repo.git"]}', 400,
+         ("field commit", "expected a string, got 5")),
+        ("POST", track_path(fresh), b'{"track": {"loss": {"step": [], "value": []}}}', 400, ("field track.loss.step",)),
+        ("POST", track_path(fresh), b'{"track": {"loss": {"step": [1, 2], "value": [1]}}}', 400,
+         ("field track.loss", "as many of each")),
+        ("POST", f"/api/v1/run/{run_uuid}", b'{"favourite_configs": 5}', 400, ("field favourite_configs",)),
+        ("POST", "/api/v1/user", b'{"user": {"theme": ["dark"]}}', 400, ("field user.theme",)),
+        ("POST", f"/api/v1/metrics/preferences/{run_uuid}", b'{"series_preferences": [1]}', 400,
+         ("field series_names is missing",)),
+        # Requests labml-app answered with a 500.
+        ("PUT", "/api/v1/runs", b"{}", 400, ("field run_uuids is missing",)),
+        ("POST", "/api/v1/runs/archive", b"[]", 400, ("the body: expected an object",)),
+        ("POST", f"/api/v1/metrics/{run_uuid}", b"{}", 400, ("field get_all is missing",)),
+        ("POST", f"/api/v1/compare/metrics/{run_uuid}", b'{"get_all": true}', 400, ("query parameter current is missing",)),
+        ("POST", f"/api/v1/custom_metrics/{run_uuid}/create", b"{}", 400, ("field name is missing",)),
+        ("POST", f"/api/v1/logs/stdout/{run_uuid}", b"[]", 400, ("the body: expected an object",)),
+        ("POST", f"/api/v1/compare/preferences/{run_uuid}",
+         json.dumps({"series_preferences": [], "series_names": [], "base_experiment": fresh}).encode(), 404,
+         (f"unknown run in field base_experiment {fresh}",)),
+        ("POST", f"/api/v1/run/{fresh}", b'{"name": "x"}', 404, (f"unknown run {fresh}",)),
+        ("PUT", f"/api/v1/run/{fresh}/claim", b"{}", 404, (f"unknown run {fresh}",)),
+        ("POST", f"/api/v1/metrics/{fresh}", b'{"get_all": true}', 404, (f"unknown run {fresh}",)),
     ]
 
 
