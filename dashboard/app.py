@@ -9,8 +9,9 @@ On top of the stock app this:
   encoded `..` (``/..%2f..%2fetc%2fhostname``), with one confined to its folder;
 - answers only for the host names it is served under, refuses cross-site writes and
   non-JSON bodies, and caps request bodies (see `guard`);
-- refuses bad input at ingestion (malformed or unstorable JSON, wrong types, unknown runs)
-  with a 4xx JSON error, so nothing stored can break a later request.
+- refuses bad input at ingestion (malformed or unstorable JSON, wrong types, unknown runs,
+  changed live-hyperparameter ranges) with a 4xx JSON error, so nothing stored can break a
+  later request.
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
 (loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,

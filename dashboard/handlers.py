@@ -17,7 +17,14 @@ from starlette.routing import Route
 
 from dashboard.assets import VENDOR_ROUTE
 from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, safe_file, track_query
-from dashboard.hyperparams import HyperParamError, HyperParamStore, dynamic_specs, reported_values, validate_changes
+from dashboard.hyperparams import (
+    HyperParamError,
+    HyperParamStore,
+    check_declarations,
+    dynamic_specs,
+    reported_values,
+    validate_changes,
+)
 from dashboard.web import BadRequest, json_endpoint
 
 OWN_STATIC = Path(__file__).parent / "static"
@@ -60,11 +67,13 @@ class DashboardHandlers:
         from labml_app import handlers
         from labml_app import settings as labml_settings
         from labml_app.db import project as project_db
-        from labml_app.db import run as run_db
 
         run_uuid, version, rank, world_size, main_rank = track_query(request)
         body = json_body(request)
         packets = check_packets(body)
+        # labml-app files rank n > 0 of a distributed run as "<uuid>_<n>".
+        stored_uuid = f"{run_uuid}_{rank}" if world_size > 1 and rank > 0 else run_uuid
+        self._check_declarations(stored_uuid, packets)
         if project_db.get_project(labml_token) is None:
             # The hosted app told unknown tokens to register; locally any token (such as the
             # documented 'default') files the run under the token-less "float" project, and
@@ -75,14 +84,30 @@ class DashboardHandlers:
         res: dict[str, Any] = await handlers._update_run(request, labml_token, version, run_uuid, rank,
                                                          world_size, main_rank)
         if not res.get("errors") and rank == main_rank:
-            r = run_db.get(run_uuid)
-            if r is not None and not r.is_claimed:
-                await handlers.claim_run(request, run_uuid=run_uuid)
-            self.hp_store.set_reported(run_uuid, reported_values(packets))
-            # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
-            res["dynamic"] = self.hp_store.take_pending(run_uuid)
+            await self._after_update(request, run_uuid, packets, res)
         await asyncio.sleep(TRACK_THROTTLE_S)
         return res
+
+    def _check_declarations(self, run_uuid: str, packets: list[dict[str, Any]]) -> None:
+        from labml_app.db import run as run_db
+
+        r = run_db.get(run_uuid)
+        try:
+            check_declarations(r.configs if r is not None else {}, packets)
+        except HyperParamError as e:
+            raise BadRequest(400, str(e)) from None
+
+    async def _after_update(self, request: Request, run_uuid: str, packets: list[dict[str, Any]],
+                            res: dict[str, Any]) -> None:
+        from labml_app import handlers
+        from labml_app.db import run as run_db
+
+        r = run_db.get(run_uuid)
+        if r is not None and not r.is_claimed:
+            await handlers.claim_run(request, run_uuid=run_uuid)
+        self.hp_store.set_reported(run_uuid, reported_values(packets))
+        # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
+        res["dynamic"] = self.hp_store.take_pending(run_uuid)
 
     async def get_hyperparams(self, request: Request, run_uuid: str) -> dict[str, Any]:
         r = self._get_run(run_uuid)

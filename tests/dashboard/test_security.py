@@ -2,7 +2,7 @@
 
 1. DNS rebinding: a request whose Host names another site is refused.
 2. Cross-site writes: what a page on another site can send (text/plain, no-cors, a foreign
-   Origin) changes nothing.
+   Origin) changes nothing; a run's declared live-hyperparameter ranges cannot be rewritten.
 3. Lasting denial of service: unstorable input is refused at ingestion, and no refused request
    breaks a later one, also after a restart.
 4. Large posts: refused past the body cap before they are read; the server answers others while
@@ -84,6 +84,16 @@ def series_names(dashboard: Dashboard, run_uuid: str) -> set[str]:
     status, metrics = dashboard.request("POST", f"/api/v1/metrics/{run_uuid}", {"get_all": True})
     assert status == 200, metrics
     return {s["name"] for s in metrics["series"]}
+
+
+def live_ranges(dashboard: Dashboard, run_uuid: str) -> dict[str, list[float]]:
+    status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert status == 200, info
+    return {key: p["range"] for key, p in info["params"].items()}
+
+
+PROBE_RANGES = {"learning_rate": [0.0, 0.01], "clip_range": [0.0, 0.5], "entropy_coef": [0.0, 0.1],
+                "value_coef": [0.0, 2.0], "epochs": [1, 16]}  # tests/dashboard/probe_run.py
 
 
 # 1. DNS rebinding
@@ -172,6 +182,47 @@ def test_same_origin_and_origin_less_writes_work(dashboard: Dashboard, finished_
     # labml's client and experiments.tweak send no Origin (the probe run and test_live_run show both work).
     status, answer = send_json(dashboard, "POST", f"/api/v1/run/{finished_run}", {"comment": ""})
     assert status == 200, answer
+
+
+def test_declared_live_ranges_cannot_be_rewritten(dashboard: Dashboard, finished_run: str) -> None:
+    assert live_ranges(dashboard, finished_run) == PROBE_RANGES
+    dynamic = {"type": "DynamicSchedule", "default": 0.1, "range": [-100, 100], "dynamic_type": "float"}
+    cases = [
+        ({"learning_rate": {"name": "learning_rate", "computed": dynamic}}, "configs.learning_rate",
+         "float in [0.0, 0.01], default 0.00025"),  # widened
+        ({"learning_rate": {"name": "learning_rate", "computed": 0.5}}, "configs.learning_rate",
+         "got no live hyperparameter"),  # made static, so the run would lose it
+        ({"gamma": {"name": "gamma", "computed": {**dynamic, "range": [0, 1]}}}, "configs.gamma",
+         "declared no live hyperparameter"),  # added
+        ({"alias": {"name": "epochs", "computed": {**dynamic, "dynamic_type": "int", "default": 4, "range": [1, 1000]}}},
+         "configs.alias", "declared no live hyperparameter"),  # a new key naming a declared one
+    ]
+    for configs, field, reason in cases:
+        # As a local process would send it: JSON, no Origin.
+        status, answer = send_json(dashboard, "POST", track_path(finished_run), {"configs": configs})
+        assert status == 400, (configs, status, answer)
+        assert_refused(answer, f"field {field}", reason)
+    assert live_ranges(dashboard, finished_run) == PROBE_RANGES
+    status, answer = dashboard.request("POST", f"/api/v1/hyperparams/{finished_run}", {"learning_rate": 50})
+    assert status == 422 and "outside the allowed range [0.0, 0.01]" in answer["error"]
+
+    # labml's client may send the same declarations again: accepted.
+    status, run = dashboard.request("GET", f"/api/v1/run/{finished_run}")
+    same = {c["key"]: {k: v for k, v in c.items() if k != "key"} for c in run["configs"]}
+    assert send_json(dashboard, "POST", track_path(finished_run), {"configs": same})[0] == 200
+
+
+def test_malformed_live_range_declarations_are_refused(dashboard: Dashboard) -> None:
+    for computed in [{"type": "DynamicSchedule", "default": 5, "range": [0, 1], "dynamic_type": "float"},
+                     {"type": "DynamicSchedule", "default": 0.5, "range": [1, 0], "dynamic_type": "float"},
+                     {"type": "DynamicSchedule", "default": 0.5, "range": [0, 1], "dynamic_type": "complex"},
+                     {"type": "DynamicSchedule", "default": 0.5, "range": [0, True], "dynamic_type": "float"}]:
+        run_uuid = new_uuid()
+        status, answer = send_json(dashboard, "POST", track_path(run_uuid),
+                                   {"name": "x", "configs": {"lr": {"name": "lr", "computed": computed}}})
+        assert status == 400, (computed, answer)
+        assert_refused(answer, "field configs.lr.computed", "expected a DynamicSchedule")
+        assert dashboard.request("GET", f"/api/v1/run/{run_uuid}")[0] == 404
 
 
 # 3. Lasting denial of service

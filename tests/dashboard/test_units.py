@@ -1,5 +1,5 @@
 """The pieces on their own: change validation, the atomic file store, the asset cache, strict JSON,
-Host and Origin checks."""
+Host and Origin checks, fixed live ranges."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from dashboard.hyperparams import (
     DynamicParamSpec,
     HyperParamError,
     HyperParamStore,
+    check_declarations,
     dynamic_specs,
     reported_values,
     validate_changes,
@@ -256,3 +257,24 @@ def test_allowed_hosts_are_loopback_the_bound_address_and_extra_names() -> None:
 ])
 def test_same_origin_compares_name_and_port(origin: str, host: str, same: bool) -> None:
     assert same_origin(origin, host) is same
+
+
+def _config(computed: Any, name: str = "lr") -> dict[str, Any]:
+    return {"name": name, "computed": computed}
+
+
+DYNAMIC = {"type": "DynamicSchedule", "default": 0.1, "range": [0, 1], "dynamic_type": "float"}
+
+
+def test_live_ranges_are_fixed_by_the_first_configs() -> None:
+    # The first configs declare; in the same body or later, the same declaration passes.
+    check_declarations({}, [{"configs": {"lr": _config(DYNAMIC), "g": _config(0.9, "g")}}, {"configs": {"lr": _config(DYNAMIC)}}])
+    check_declarations({"lr": _config(DYNAMIC)}, [{"configs": {"lr": _config(DYNAMIC), "g": _config(0.5, "g")}}])
+    for later in ({"lr": _config({**DYNAMIC, "range": [0, 2]})}, {"lr": _config(0.1)}, {"lr": _config(DYNAMIC, "other")},
+                  {"g": _config(DYNAMIC, "g")}, {"x": _config(DYNAMIC, "lr")}):
+        with pytest.raises(HyperParamError, match="a later packet cannot change it"):
+            check_declarations({"lr": _config(DYNAMIC), "g": _config(0.9, "g")}, [{"configs": later}])
+        with pytest.raises(HyperParamError, match="a later packet cannot change it"):
+            check_declarations({}, [{"configs": {"lr": _config(DYNAMIC), "g": _config(0.9, "g")}}, {"configs": later}])
+    with pytest.raises(HyperParamError, match=re.escape("field configs.lr.computed: expected a DynamicSchedule")):
+        check_declarations({}, [{"configs": {"lr": _config({**DYNAMIC, "default": 2})}}])
