@@ -11,12 +11,12 @@ On top of the stock app this:
   non-JSON bodies, and caps request bodies (see `guard`);
 - refuses bad input at ingestion (malformed or unstorable JSON, wrong types, unknown runs,
   changed live-hyperparameter ranges) with a 4xx JSON error, so nothing stored can break a
-  later request.
+  later request, and caps what one run may store (see `usage`).
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
 (loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,
 bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
-`stock_api` (labml-app's own endpoints), `web` (errors as JSON).
+`stock_api` (labml-app's own endpoints), `usage` (the per-run cap), `web` (errors as JSON).
 labml-app builds its app object when `labml_app.flask_app` is imported, so `create_app` can be
 called once per process.
 """
@@ -35,6 +35,7 @@ from dashboard.handlers import DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import drop_stock_error_middleware, load_labml_app, replace_stock_routes, trust_only_origin
 from dashboard.stock_api import check_stock_routes
+from dashboard.usage import MAX_RUN_BYTES, RunUsage
 from dashboard.web import answer_errors_as_json
 
 # labml's packets weigh a few KB (the largest measured, a Breakout run's configs, 12.9 KB); labml
@@ -51,13 +52,15 @@ class DashboardSettings:
     host: str = "127.0.0.1"
     port: int = 5005
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_run_bytes: int = MAX_RUN_BYTES
     allowed_hosts: tuple[str, ...] = ()  # answered besides the loopback names and `host`
 
 
 def create_app(settings: DashboardSettings) -> FastAPI:
     flask_app = load_labml_app(settings.host, settings.port, settings.data_dir / "store", settings.mongo_url)
     static_root = Path(flask_app.STATIC_PATH)
-    handlers = DashboardHandlers(HyperParamStore(settings.data_dir / "hyperparams.json"), static_root,
+    handlers = DashboardHandlers(HyperParamStore(settings.data_dir / "hyperparams.json"),
+                                 RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes), static_root,
                                  vendor_folders(settings.assets), build_index(static_root, settings.assets))
     check_stock_routes(flask_app.app)
     replace_stock_routes(flask_app, first=handlers.routes(), last=handlers.catch_all_routes())

@@ -25,6 +25,7 @@ from dashboard.hyperparams import (
     reported_values,
     validate_changes,
 )
+from dashboard.usage import RunUsage
 from dashboard.web import BadRequest, json_endpoint
 
 OWN_STATIC = Path(__file__).parent / "static"
@@ -36,12 +37,14 @@ TRACK_THROTTLE_S = 1.0
 class DashboardHandlers:
     """What the dashboard answers itself: labml's `/track`, live hyperparameters, and files.
 
-    `static_root` is labml-app's front-end folder, `vendor` the local copies of its CDN
-    libraries by package, `index_html` its page with those links rewritten.
+    `usage` caps what each run stores, `static_root` is labml-app's front-end folder, `vendor`
+    the local copies of its CDN libraries by package, `index_html` its page with those links rewritten.
     """
 
-    def __init__(self, hp_store: HyperParamStore, static_root: Path, vendor: dict[str, Path], index_html: str) -> None:
+    def __init__(self, hp_store: HyperParamStore, usage: RunUsage, static_root: Path, vendor: dict[str, Path],
+                 index_html: str) -> None:
         self.hp_store = hp_store
+        self.usage = usage
         self.static_root = static_root
         self.vendor = vendor
         self.index_html = index_html
@@ -74,6 +77,8 @@ class DashboardHandlers:
         # labml-app files rank n > 0 of a distributed run as "<uuid>_<n>".
         stored_uuid = f"{run_uuid}_{rank}" if world_size > 1 and rank > 0 else run_uuid
         self._check_declarations(stored_uuid, packets)
+        charged, new_series = self.usage.charge(stored_uuid, packets)
+        self.usage.check(stored_uuid, charged)
         if project_db.get_project(labml_token) is None:
             # The hosted app told unknown tokens to register; locally any token (such as the
             # documented 'default') files the run under the token-less "float" project, and
@@ -83,8 +88,10 @@ class DashboardHandlers:
         request._json = body
         res: dict[str, Any] = await handlers._update_run(request, labml_token, version, run_uuid, rank,
                                                          world_size, main_rank)
-        if not res.get("errors") and rank == main_rank:
-            await self._after_update(request, run_uuid, packets, res)
+        if not res.get("errors"):
+            self.usage.record(stored_uuid, charged, new_series)
+            if rank == main_rank:
+                await self._after_update(request, run_uuid, packets, res)
         await asyncio.sleep(TRACK_THROTTLE_S)
         return res
 

@@ -6,7 +6,7 @@
 3. Lasting denial of service: unstorable input is refused at ingestion, and no refused request
    breaks a later one, also after a restart.
 4. Large posts: refused past the body cap before they are read; the server answers others while
-   a large post trickles in.
+   a large post trickles in; a run cannot store past its cap.
 """
 
 from __future__ import annotations
@@ -379,3 +379,48 @@ def test_other_requests_are_answered_while_a_large_post_trickles_in(dashboard: D
         status_line, answer = read_response(sock)
     assert status_line.startswith("HTTP/1.1 200"), (status_line, answer)
     assert dashboard.request("GET", f"/api/v1/run/{run_uuid}")[1]["name"] == "large"
+
+
+def test_a_run_cannot_store_past_its_cap(tmp_path: Path, no_leftover_processes: None) -> None:
+    run_uuid = new_uuid()
+
+    def series(start: int, count: int) -> dict[str, Any]:
+        return {"track": {f"s{i:04d}": {"step": [1], "value": [0.5]} for i in range(start, start + count)}}
+
+    # Worked out by hand: '{"name": "capped"}' is 18 bytes, each new series 32 KiB.
+    stored = 18 + 2000 * SERIES_BYTES  # 65_536_018
+    remaining = MAX_RUN_BYTES - stored  # 1_572_846: room for 47 more series (1_540_096), not 48 (1_572_864)
+    first = Dashboard(tmp_path)
+    try:
+        first.wait_ready()
+        status, answer = send_json(first, "POST", track_path(run_uuid), {"name": "capped", **series(0, 2000)})
+        assert status == 200, answer
+        status, answer = send_json(first, "POST", track_path(run_uuid), series(2000, 48))
+        assert status == 413, answer
+        assert_refused(answer, f"run {run_uuid} has stored {stored} bytes and this request adds {48 * SERIES_BYTES}",
+                       f"at most {MAX_RUN_BYTES} bytes")
+        assert send_json(first, "POST", track_path(run_uuid), series(2000, 47))[0] == 200
+        stored += 47 * SERIES_BYTES
+        assert MAX_RUN_BYTES - stored == remaining - 47 * SERIES_BYTES == 32_750
+        # Text is kept whole: '{"stdout": "..."}' is 14 bytes more than its text.
+        status, answer = send_json(first, "POST", track_path(run_uuid), {"stdout": "y" * 32_737})
+        assert status == 413, answer
+        assert_refused(answer, f"has stored {stored} bytes and this request adds 32751")
+        # Points on series it already has cost nothing: they replace older ones.
+        assert send_json(first, "POST", track_path(run_uuid), series(0, 2047))[0] == 200
+        names = series_names(first, run_uuid)
+        assert len(names) == 2047 and "s2047" not in names
+        assert "y" * 100 not in json.dumps(first.request("POST", f"/api/v1/logs/stdout/{run_uuid}", {"page": -2})[1])
+        assert first.terminate() == 0
+    finally:
+        first.kill()
+
+    second = Dashboard(tmp_path)  # the count survives a restart
+    try:
+        second.wait_ready()
+        status, answer = send_json(second, "POST", track_path(run_uuid), series(3000, 1))
+        assert status == 413 and f"has stored {stored} bytes" in answer["error"], answer
+        assert send_json(second, "POST", track_path(run_uuid), {"stdout": "fits\n"})[0] == 200
+        assert len(series_names(second, run_uuid)) == 2047
+    finally:
+        second.kill()

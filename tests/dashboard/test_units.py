@@ -1,5 +1,5 @@
 """The pieces on their own: change validation, the atomic file store, the asset cache, strict JSON,
-Host and Origin checks, fixed live ranges."""
+Host and Origin checks, fixed live ranges, the per-run charge."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from dashboard.store import (
     DataFolderLock,
     atomic_write,
 )
+from dashboard.usage import SERIES_BYTES, RunUsage, packet_charge
 from dashboard.web import BadRequest
 
 LR = DynamicParamSpec("learning_rate", "float", 2.5e-4, 0.0, 1e-2)
@@ -278,3 +279,24 @@ def test_live_ranges_are_fixed_by_the_first_configs() -> None:
             check_declarations({}, [{"configs": {"lr": _config(DYNAMIC), "g": _config(0.9, "g")}}, {"configs": later}])
     with pytest.raises(HyperParamError, match=re.escape("field configs.lr.computed: expected a DynamicSchedule")):
         check_declarations({}, [{"configs": {"lr": _config({**DYNAMIC, "default": 2})}}])
+
+
+def test_runs_are_charged_for_what_labml_app_keeps() -> None:
+    packet = {"time": 1.0, "status": {"status": "x"}, "stdout": "abc",
+              "track": {"loss": {"step": [1], "value": [1]}, "hp.lr": {"step": [1], "value": [1]}}}
+    # '{"stdout": "abc"}' is 17 bytes; "loss" is new, "hp.lr" is one labml-app does not store.
+    assert packet_charge(packet, set()) == (17 + SERIES_BYTES, ["loss"])
+    assert packet_charge(packet, {"loss"}) == (17, [])
+    assert packet_charge({"track": {"loss": {"step": [2], "value": [0]}}, "time": 2.0}, {"loss"}) == (0, [])
+
+
+def test_run_usage_refuses_past_the_cap_and_persists(tmp_path: Path) -> None:
+    usage = RunUsage(tmp_path / "usage.json", max_run_bytes=SERIES_BYTES + 26)
+    charged, new = usage.charge("run", [{"track": {"a": {}}}, {"track": {"a": {}}, "name": "n"}])
+    assert (charged, new) == (SERIES_BYTES + len('{"name": "n"}'), ["a"])
+    usage.check("run", charged)  # 13 bytes of room left
+    usage.record("run", charged, new)
+    with pytest.raises(BadRequest, match=f"has stored {SERIES_BYTES + 13} bytes and this request adds 14"):
+        usage.check("run", len('{"name": "nn"}'))
+    again = RunUsage(tmp_path / "usage.json")
+    assert again.used("run") == SERIES_BYTES + 13 and again.charge("run", [{"track": {"a": {}}}]) == (0, [])
