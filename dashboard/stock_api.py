@@ -6,7 +6,8 @@ later read of the run fail.  Each stock route gets:
 - its run looked up first when its path names one: an unknown run is a 404 (some handlers
   would otherwise create records for any UUID they are asked about);
 - its JSON body checked against the shape its handler reads (`BODIES`), with what the
-  front-end sends; keys not listed are ignored by the handlers.
+  front-end sends (keys not listed are ignored by the handlers), and where the handler would
+  fail on a mismatch with what is stored, against that (`STORED_FITS`).
 
 labml's computer monitoring (``labml monitor``: sessions, CPU/GPU/... analyses) is not served:
 training runs do not use it, and its ingestion reads free-form series names.
@@ -42,20 +43,46 @@ PREFERENCES = {
     "chart_type": schema.integer, "step_range": STEP_RANGE, "focus_smoothed": schema.boolean,
     "smooth_value": schema.number, "smooth_function": schema.string,
 }
-# labml-app raises unless series_names comes with the series preferences; the front-end always sends both.
-METRIC_PREFERENCES = schema.obj(PREFERENCES, required=("series_preferences", "series_names"))
-_COMPARISON_FIELDS = schema.obj({
+METRIC_PREFERENCES = schema.obj(PREFERENCES, required=("series_preferences",))
+COMPARISON_PREFERENCES = schema.obj({
     **PREFERENCES, "base_experiment": schema.string, "base_series_preferences": schema.list_of(schema.integer),
     "base_series_names": schema.list_of(schema.string),
-}, required=("series_preferences", "series_names"))
+}, required=("series_preferences",))
 
 
-def comparison_preferences(value: Any, path: str) -> None:
-    _COMPARISON_FIELDS(value, path)
+def _names_needed(value: dict[str, Any], stored: dict[str, Any], prefix: str = "") -> None:
+    """labml-app raises unless `<prefix>series_names` comes with `<prefix>series_preferences` of
+    another length than the stored ones (the front-end echoes stored preferences without names)."""
+    preferences, names = f"{prefix}series_preferences", f"{prefix}series_names"
+    sent, kept = len(value[preferences]), len(stored.get(preferences) or [])
+    if names not in value and sent != kept:
+        raise BadRequest(400, f"field {names} is missing; it is needed when {preferences} has {sent} items "
+                              f"and the stored preferences {kept}")
+
+
+def metric_preferences_fit(value: dict[str, Any], run_uuid: str) -> None:
+    from labml_app.analyses.experiments.distributed_metrics import DistMetricsPreferencesIndex
+    from labml_app.analyses.experiments.metrics import MetricsPreferencesIndex
+    from labml_app.db import run as run_db
+
+    r = run_db.get(run_uuid)
+    # A distributed run's preferences are kept apart, merged over its ranks.
+    index = DistMetricsPreferencesIndex if r is not None and r.world_size > 0 else MetricsPreferencesIndex
+    key = index.get(run_uuid)
+    _names_needed(value, key.load().get_data() if key else {})
+
+
+def comparison_preferences_fit(value: dict[str, Any], run_uuid: str) -> None:
+    from labml_app.analyses.experiments.comparison import ComparisonPreferencesIndex
+
+    key = ComparisonPreferencesIndex.get(run_uuid)
+    stored = key.load().get_data() if key else {}
+    _names_needed(value, stored)
     if value.get("base_experiment"):
         # labml-app reads the base run's series (creating records for any UUID) and its preferences.
         require_run(value["base_experiment"], "run in field base_experiment")
-        schema.obj({}, required=("base_series_preferences", "base_series_names"))(value, path)
+        schema.obj({}, required=("base_series_preferences",))(value, "")
+        _names_needed(value, stored, "base_")
 
 
 GET_ALL = schema.obj({"get_all": schema.boolean}, required=("get_all",))
@@ -75,7 +102,7 @@ BODIES: dict[tuple[str, str], schema.Check] = {
     ("POST", "/api/v1/metrics/{run_uuid}"): GET_ALL,
     ("POST", "/api/v1/metrics/preferences/{run_uuid}"): METRIC_PREFERENCES,
     ("POST", "/api/v1/compare/metrics/{run_uuid}"): GET_ALL,
-    ("POST", "/api/v1/compare/preferences/{run_uuid}"): comparison_preferences,
+    ("POST", "/api/v1/compare/preferences/{run_uuid}"): COMPARISON_PREFERENCES,
     ("POST", "/api/v1/custom_metrics/{run_uuid}"): schema.obj({
         "id": schema.string, "name": schema.string, "description": schema.string,
         "preferences": schema.obj(PREFERENCES)}, required=("id",)),
@@ -84,6 +111,11 @@ BODIES: dict[tuple[str, str], schema.Check] = {
     ("POST", "/api/v1/custom_metrics/{run_uuid}/delete"): schema.obj({"id": schema.string}, required=("id",)),
     **{("POST", f"/api/v1/logs/{kind}/{{run_uuid}}"): LOG_PAGE for kind in ("stdout", "stderr", "std_logger")},
     **{("POST", f"/api/v1/logs/{kind}/{{run_uuid}}/opt"): LOG_OPTIONS for kind in ("stdout", "stderr", "std_logger")},
+}
+# Checks of a body (already of the right shape) against what is stored for the route's run.
+STORED_FITS: dict[tuple[str, str], Callable[[Any, str], None]] = {
+    ("POST", "/api/v1/metrics/preferences/{run_uuid}"): metric_preferences_fit,
+    ("POST", "/api/v1/compare/preferences/{run_uuid}"): comparison_preferences_fit,
 }
 # Query parameters that name a run (the comparison's current run).
 RUN_QUERY: dict[tuple[str, str], str] = {("POST", "/api/v1/compare/metrics/{run_uuid}"): "current"}
@@ -107,6 +139,9 @@ def _checks(method: str, path: str) -> list[Callable[[Scope], None]]:
     body = BODIES.get((method, path))
     if body is not None:
         checks.append(lambda scope: body(_body(scope), ""))
+    fits = STORED_FITS.get((method, path))
+    if fits is not None:
+        checks.append(lambda scope: fits(_body(scope), scope["path_params"]["run_uuid"]))
     return checks
 
 

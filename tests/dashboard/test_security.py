@@ -184,6 +184,51 @@ def test_same_origin_and_origin_less_writes_work(dashboard: Dashboard, finished_
     assert status == 200, answer
 
 
+
+def test_the_front_ends_own_writes_pass(dashboard: Dashboard, finished_run: str) -> None:
+    """What labml-app's front-end sends (its bundle's request bodies), from its own origin, is accepted."""
+    run = finished_run
+    origin = f"http://127.0.0.1:{dashboard.port}"
+    # The comparison's preferences as the page loads them, once it has drawn the comparison.
+    assert send_json(dashboard, "POST", f"/api/v1/compare/metrics/{run}?current={run}", {"get_all": True},
+                     Origin=origin)[0] == 200
+    status, stored = dashboard.request("GET", f"/api/v1/compare/preferences/{run}")
+    assert status == 200, stored
+    preferences = {"series_preferences": [1], "chart_type": 0, "step_range": [-1, -1], "focus_smoothed": True,
+                   "series_names": ["loss"], "smooth_value": 0.5, "smooth_function": "exponential"}
+    writes: list[tuple[str, str, Any]] = [
+        ("POST", f"/api/v1/metrics/{run}?current=", {"get_all": False}),
+        ("POST", f"/api/v1/metrics/preferences/{run}", preferences),
+        # The stored preferences sent back with a change, without names (same length: none needed).
+        ("POST", f"/api/v1/metrics/preferences/{run}", {k: v for k, v in preferences.items() if k != "series_names"}),
+        # updateBaseExperiment and deleteBaseExperiment send the stored preferences back, without names.
+        ("POST", f"/api/v1/compare/preferences/{run}", {**stored, "base_experiment": run, "base_series_preferences": [],
+                                                        "base_series_names": [], "is_base_distributed": False}),
+        ("POST", f"/api/v1/compare/preferences/{run}", {**stored, "base_experiment": "", "base_series_preferences": [],
+                                                        "base_series_names": []}),
+        ("POST", f"/api/v1/logs/stdout/{run}", {"page": -1}),
+        ("POST", f"/api/v1/logs/stdout/{run}/opt", {"wrap_logs": False}),
+        ("POST", f"/api/v1/run/{run}", {"note": "a note", "favourite_configs": ["gamma"], "selected_configs": []}),
+        ("PUT", f"/api/v1/run/{run}/add", {}),
+        ("PUT", f"/api/v1/run/{run}/claim", {}),
+        ("POST", "/api/v1/auth/user", {"device": {"userAgent": "test", "platform": "linux"}}),
+        ("POST", "/api/v1/user", {"user": {"theme": "dark", "name": "local"}}),
+        ("POST", "/api/v1/runs/archive", {"run_uuids": [run]}),
+        ("POST", "/api/v1/runs/unarchive", {"run_uuids": [run]}),
+    ]
+    for method, path, value in writes:
+        status, answer = send_json(dashboard, method, path, value, Origin=origin)
+        assert status == 200, (method, path, answer)
+    status, metric = send_json(dashboard, "POST", f"/api/v1/custom_metrics/{run}/create", {"name": "m", "description": ""},
+                               Origin=origin)
+    assert status == 200 and metric["name"] == "m", metric
+    for path, value in [(f"/api/v1/custom_metrics/{run}", {"id": metric["id"], "name": "m2", "preferences": preferences}),
+                        (f"/api/v1/custom_metrics/{run}/delete", {"id": metric["id"]})]:
+        assert send_json(dashboard, "POST", path, value, Origin=origin)[0] == 200, path
+    assert run in run_uuids(dashboard)
+    status, page = dashboard.request("GET", f"/api/v1/run/{run}")
+    assert status == 200 and page["note"] == "a note" and page["favourite_configs"] == ["gamma"]
+
 def test_declared_live_ranges_cannot_be_rewritten(dashboard: Dashboard, finished_run: str) -> None:
     assert live_ranges(dashboard, finished_run) == PROBE_RANGES
     dynamic = {"type": "DynamicSchedule", "default": 0.1, "range": [-100, 100], "dynamic_type": "float"}
@@ -261,8 +306,9 @@ def bad_requests(run_uuid: str) -> list[tuple[str, str, bytes, int, tuple[str, .
          ("field track.loss", "as many of each")),
         ("POST", f"/api/v1/run/{run_uuid}", b'{"favourite_configs": 5}', 400, ("field favourite_configs",)),
         ("POST", "/api/v1/user", b'{"user": {"theme": ["dark"]}}', 400, ("field user.theme",)),
-        ("POST", f"/api/v1/metrics/preferences/{run_uuid}", b'{"series_preferences": [1]}', 400,
-         ("field series_names is missing",)),
+        # Preferences of another length than the stored ones (one series) need the series' names.
+        ("POST", f"/api/v1/metrics/preferences/{run_uuid}", b'{"series_preferences": [1, 1]}', 400,
+         ("field series_names is missing", "series_preferences has 2 items and the stored preferences 1")),
         # Requests labml-app answered with a 500.
         ("PUT", "/api/v1/runs", b"{}", 400, ("field run_uuids is missing",)),
         ("POST", "/api/v1/runs/archive", b"[]", 400, ("the body: expected an object",)),
