@@ -7,12 +7,18 @@ On top of the stock app this:
 - serves the CDN libraries from a local cache (see `assets`);
 - replaces the static-file route, which served any file on the machine through an
   encoded `..` (``/..%2f..%2fetc%2fhostname``), with one confined to its folder;
-- answers bad input (malformed JSON, huge bodies, wrong types) with a 4xx JSON error.
+- answers only for the host names it is served under, refuses cross-site writes and
+  non-JSON bodies, and caps request bodies (see `guard`);
+- refuses bad input at ingestion (malformed or unstorable JSON, wrong types, unknown runs,
+  changed live-hyperparameter ranges) with a 4xx JSON error, so nothing stored can break a
+  later request, and caps what one run may store (see `usage`).
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
-(loading labml-app and adjusting its routes, middleware and CORS), `checks` (untrusted input),
-`web` (errors as JSON, the body size limit).  labml-app builds its app object when
-`labml_app.flask_app` is imported, so `create_app` can be called once per process.
+(loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,
+bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
+`stock_api` (labml-app's own endpoints), `usage` (the per-run cap), `web` (errors as JSON).
+labml-app builds its app object when `labml_app.flask_app` is imported, so `create_app` can be
+called once per process.
 """
 
 from __future__ import annotations
@@ -24,12 +30,18 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from dashboard.assets import VendorAssets, vendor_folders
+from dashboard.guard import RequestGuard, allowed_host_names
 from dashboard.handlers import DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import drop_stock_error_middleware, load_labml_app, replace_stock_routes, trust_only_origin
+from dashboard.stock_api import check_stock_routes
+from dashboard.usage import MAX_RUN_BYTES, RunUsage
 from dashboard.web import answer_errors_as_json
 
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+# labml's packets weigh a few KB (the largest measured, a Breakout run's configs, 12.9 KB); labml
+# merges at most 1024 points per series into one packet after an outage.  Parsing this much
+# takes milliseconds, so no request can hold the others up for long.
+DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
 
 
 @dataclass
@@ -40,17 +52,24 @@ class DashboardSettings:
     host: str = "127.0.0.1"
     port: int = 5005
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_run_bytes: int = MAX_RUN_BYTES
+    allowed_hosts: tuple[str, ...] = ()  # answered besides the loopback names and `host`
 
 
 def create_app(settings: DashboardSettings) -> FastAPI:
     flask_app = load_labml_app(settings.host, settings.port, settings.data_dir / "store", settings.mongo_url)
     static_root = Path(flask_app.STATIC_PATH)
-    handlers = DashboardHandlers(HyperParamStore(settings.data_dir / "hyperparams.json"), static_root,
+    handlers = DashboardHandlers(HyperParamStore(settings.data_dir / "hyperparams.json"),
+                                 RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes), static_root,
                                  vendor_folders(settings.assets), build_index(static_root, settings.assets))
+    check_stock_routes(flask_app.app)
     replace_stock_routes(flask_app, first=handlers.routes(), last=handlers.catch_all_routes())
     drop_stock_error_middleware(flask_app)
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")
-    answer_errors_as_json(flask_app.app, settings.max_body_bytes)
+    answer_errors_as_json(flask_app.app)
+    # Added last, so it is the outermost middleware: refused requests reach nothing else.
+    flask_app.app.add_middleware(RequestGuard, allowed_hosts=allowed_host_names(settings.host, settings.allowed_hosts),
+                                 max_body_bytes=settings.max_body_bytes)
     return flask_app.app
 
 

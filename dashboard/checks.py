@@ -1,26 +1,53 @@
-"""Checks on untrusted input: run UUIDs, query integers, JSON bodies, labml packets, file paths.
+"""Checks on untrusted input: run UUIDs, query parameters, JSON bodies, labml packets, file paths.
 
 Each raises `BadRequest` with a message for the client, or answers whether a path is safe.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 
+from dashboard import schema
+from dashboard.guard import parsed_json
 from dashboard.web import BadRequest
 
 RUN_UUID_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
-# Top-level keys of a labml client packet, with the JSON types labml-app assumes.
-PACKET_TYPES: dict[str, tuple] = {
-    "configs": (dict,), "track": (dict,), "status": (dict,), "stdout": (str,), "stderr": (str,),
-    "logger": (str,), "time": (int, float), "name": (str,), "comment": (str,), "tags": (list,),
-    "indicators": (dict,), "wildcard_indicators": (dict,), "pid": (int,),
-}
+# What labml's client sends as run_uuid (uuid1().hex); "_" is kept out because labml-app reads
+# "<uuid>_<n>" as rank n of a distributed run and fails on any other suffix.
+TRACK_RUN_UUID_RE = re.compile(r"^[0-9A-Za-z-]{10,64}$")
+VERSION_RE = re.compile(r"^[0-9]{1,6}(\.[0-9]{1,6}){0,3}$")
+MAX_RANK = 1024
+
+
+def _series(value: Any, path: str) -> None:
+    schema.obj({"step": schema.list_of(schema.number, min_items=1, what="a non-empty list of numbers"),
+                "value": schema.list_of(schema.number, min_items=1, what="a non-empty list of numbers")},
+               required=("step", "value"))(value, path)
+    if len(value["step"]) != len(value["value"]):
+        raise BadRequest(400, f"field {path}: step has {len(value['step'])} items and value {len(value['value'])}; "
+                              f"expected as many of each")
+
+
+# A labml client packet: every key labml-app reads, with the JSON types its readers assume
+# (e.g. the run page formats `commit` as text and indexes `repo_remotes`).
+PACKET = schema.obj({
+    "name": schema.optional(schema.string), "comment": schema.optional(schema.string),
+    "python_file": schema.optional(schema.string), "repo_remotes": schema.list_of(schema.string),
+    "commit": schema.string, "commit_message": schema.optional(schema.string), "computer": schema.string,
+    "start_step": schema.optional(schema.number), "tags": schema.list_of(schema.string),
+    "pid": schema.integer, "main_rank": schema.integer, "time": schema.number,
+    "configs": schema.dict_of(schema.obj({"name": schema.string, "computed": schema.anything},
+                                         required=("name", "computed"))),
+    "favorite_configs": schema.list_of(schema.string), "selected_configs": schema.list_of(schema.string),
+    "indicators": schema.dict_of(schema.obj({})), "wildcard_indicators": schema.dict_of(schema.obj({})),
+    "status": schema.obj({"rank": schema.integer, "status": schema.string, "time": schema.number}),
+    "track": schema.dict_of(_series),
+    "stdout": schema.string, "stderr": schema.string, "logger": schema.string,
+})
 
 
 def check_run_uuid(run_uuid: str) -> None:
@@ -36,26 +63,37 @@ def query_int(request: Request, name: str) -> int:
         raise BadRequest(400, f"query parameter {name}={raw[:40]!r}: expected an integer") from None
 
 
-async def json_body(request: Request) -> Any:
+def json_body(request: Request) -> Any:
+    """The request's JSON body, as `guard.RequestGuard` parsed and checked it."""
     try:
-        return await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadRequest(400, f"malformed JSON body: {e}") from None
+        return parsed_json(request.scope)
+    except KeyError:
+        raise BadRequest(400, "expected a JSON body (Content-Type: application/json)") from None
 
 
-def check_packets(body: Any) -> None:
-    """A labml client's `/track` body: an object or a list of them, with the field types labml-app assumes."""
-    packets = body if isinstance(body, list) else [body]
-    for packet in packets:
-        if not isinstance(packet, dict):
-            raise BadRequest(400, "expected a JSON object or a list of objects")
-        for key, types in PACKET_TYPES.items():
-            if key in packet and packet[key] is not None and not isinstance(packet[key], types):
-                raise BadRequest(400, f"field {key!r} has the wrong type ({type(packet[key]).__name__})")
-        configs = packet.get("configs") or {}
-        for name, config in configs.items():
-            if not isinstance(config, dict) or "name" not in config or "computed" not in config:
-                raise BadRequest(400, f'configs[{name!r}]: expected an object with "name" and "computed"')
+def track_query(request: Request) -> tuple[str, str, int, int, int]:
+    """(run_uuid, labml_version, rank, world_size, main_rank) of a `/track` request."""
+    run_uuid = request.query_params.get("run_uuid", "")
+    if not TRACK_RUN_UUID_RE.match(run_uuid):
+        raise BadRequest(400, f'query parameter run_uuid={run_uuid[:80]!r}: expected 10-64 letters, digits or "-"')
+    version = request.query_params.get("labml_version", "")
+    if not VERSION_RE.match(version):
+        raise BadRequest(400, f"query parameter labml_version={version[:40]!r}: expected a version such as 0.5.3")
+    ranks = [query_int(request, name) for name in ("rank", "world_size", "main_rank")]
+    for name, value in zip(("rank", "world_size", "main_rank"), ranks, strict=True):
+        if not 0 <= value <= MAX_RANK:
+            raise BadRequest(400, f"query parameter {name}={value}: expected an integer from 0 to {MAX_RANK}")
+    return run_uuid, version, ranks[0], ranks[1], ranks[2]
+
+
+def check_packets(body: Any) -> list[dict[str, Any]]:
+    """A labml client's `/track` body (an object or a list of them) as a list of checked packets."""
+    if isinstance(body, list):
+        for i, packet in enumerate(body):
+            PACKET(packet, f"[{i}]")
+        return body
+    PACKET(body, "")
+    return [body]
 
 
 def safe_file(root: Path, rel: str) -> Path | None:

@@ -16,8 +16,16 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
 from dashboard.assets import VENDOR_ROUTE
-from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, query_int, safe_file
-from dashboard.hyperparams import HyperParamError, HyperParamStore, dynamic_specs, reported_values, validate_changes
+from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, safe_file, track_query
+from dashboard.hyperparams import (
+    HyperParamError,
+    HyperParamStore,
+    check_declarations,
+    dynamic_specs,
+    reported_values,
+    validate_changes,
+)
+from dashboard.usage import RunUsage
 from dashboard.web import BadRequest, json_endpoint
 
 OWN_STATIC = Path(__file__).parent / "static"
@@ -29,12 +37,14 @@ TRACK_THROTTLE_S = 1.0
 class DashboardHandlers:
     """What the dashboard answers itself: labml's `/track`, live hyperparameters, and files.
 
-    `static_root` is labml-app's front-end folder, `vendor` the local copies of its CDN
-    libraries by package, `index_html` its page with those links rewritten.
+    `usage` caps what each run stores, `static_root` is labml-app's front-end folder, `vendor`
+    the local copies of its CDN libraries by package, `index_html` its page with those links rewritten.
     """
 
-    def __init__(self, hp_store: HyperParamStore, static_root: Path, vendor: dict[str, Path], index_html: str) -> None:
+    def __init__(self, hp_store: HyperParamStore, usage: RunUsage, static_root: Path, vendor: dict[str, Path],
+                 index_html: str) -> None:
         self.hp_store = hp_store
+        self.usage = usage
         self.static_root = static_root
         self.vendor = vendor
         self.index_html = index_html
@@ -56,35 +66,55 @@ class DashboardHandlers:
                 Route("/{file_path:path}", json_endpoint(self.static_or_page), methods=["GET"])]
 
     async def track(self, request: Request, labml_token: str) -> dict[str, Any]:
-        """labml's client endpoint: the stock handler plus claiming and live hyperparameters."""
+        """labml's client endpoint: the stock handler plus checks, claiming and live hyperparameters."""
         from labml_app import handlers
         from labml_app import settings as labml_settings
         from labml_app.db import project as project_db
-        from labml_app.db import run as run_db
 
-        run_uuid = request.query_params.get("run_uuid", "")
-        rank = query_int(request, "rank")
-        world_size = query_int(request, "world_size")
-        main_rank = query_int(request, "main_rank")
-        packets = await json_body(request)  # the stock handler re-reads the cached body
-        check_packets(packets)
+        run_uuid, version, rank, world_size, main_rank = track_query(request)
+        body = json_body(request)
+        packets = check_packets(body)
+        # labml-app files rank n > 0 of a distributed run as "<uuid>_<n>".
+        stored_uuid = f"{run_uuid}_{rank}" if world_size > 1 and rank > 0 else run_uuid
+        self._check_declarations(stored_uuid, packets)
+        charged, new_series = self.usage.charge(stored_uuid, packets)
+        self.usage.check(stored_uuid, charged)
         if project_db.get_project(labml_token) is None:
             # The hosted app told unknown tokens to register; locally any token (such as the
             # documented 'default') files the run under the token-less "float" project, and
             # it is claimed below.  Otherwise labml's client stops at the first reply.
             labml_token = labml_settings.FLOAT_PROJECT_TOKEN
-        res: dict[str, Any] = await handlers._update_run(
-            request, labml_token, request.query_params.get("labml_version", ""),
-            run_uuid, rank, world_size, main_rank)
-        if not res.get("errors") and rank == main_rank:
-            r = run_db.get(run_uuid)
-            if r is not None and not r.is_claimed:
-                await handlers.claim_run(request, run_uuid=run_uuid)
-            self.hp_store.set_reported(run_uuid, reported_values(packets))
-            # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
-            res["dynamic"] = self.hp_store.take_pending(run_uuid)
+        # The stock handler reads the body with request.json(): hand it the strictly parsed one.
+        request._json = body
+        res: dict[str, Any] = await handlers._update_run(request, labml_token, version, run_uuid, rank,
+                                                         world_size, main_rank)
+        if not res.get("errors"):
+            self.usage.record(stored_uuid, charged, new_series)
+            if rank == main_rank:
+                await self._after_update(request, run_uuid, packets, res)
         await asyncio.sleep(TRACK_THROTTLE_S)
         return res
+
+    def _check_declarations(self, run_uuid: str, packets: list[dict[str, Any]]) -> None:
+        from labml_app.db import run as run_db
+
+        r = run_db.get(run_uuid)
+        try:
+            check_declarations(r.configs if r is not None else {}, packets)
+        except HyperParamError as e:
+            raise BadRequest(400, str(e)) from None
+
+    async def _after_update(self, request: Request, run_uuid: str, packets: list[dict[str, Any]],
+                            res: dict[str, Any]) -> None:
+        from labml_app import handlers
+        from labml_app.db import run as run_db
+
+        r = run_db.get(run_uuid)
+        if r is not None and not r.is_claimed:
+            await handlers.claim_run(request, run_uuid=run_uuid)
+        self.hp_store.set_reported(run_uuid, reported_values(packets))
+        # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
+        res["dynamic"] = self.hp_store.take_pending(run_uuid)
 
     async def get_hyperparams(self, request: Request, run_uuid: str) -> dict[str, Any]:
         r = self._get_run(run_uuid)
@@ -104,7 +134,7 @@ class DashboardHandlers:
             raise BadRequest(415, "expected Content-Type: application/json")
         r = self._get_run(run_uuid)
         try:
-            accepted = validate_changes(dynamic_specs(r.configs), await json_body(request))
+            accepted = validate_changes(dynamic_specs(r.configs), json_body(request))
         except HyperParamError as e:
             raise BadRequest(422, str(e)) from None
         return {"run_uuid": run_uuid, "pending": self.hp_store.add_pending(run_uuid, accepted)}

@@ -5,6 +5,7 @@ configs; their `to_yaml()` reaches the app as the config's `computed` value
 ``{'type': 'DynamicSchedule', 'default', 'range', 'dynamic_type'}``.  labml's client
 still applies whatever comes back in a `/track` response's ``dynamic`` field, so the
 dashboard stores requested changes and hands them to the run with its next `/track`.
+The ranges are fixed by the first configs a run sends (`check_declarations`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dashboard.store import atomic_write
+from dashboard.strict_json import child_path
 
 Number = int | float
 
@@ -83,6 +85,47 @@ def dynamic_specs(run_configs: Mapping[str, Any]) -> dict[str, DynamicParamSpec]
         if spec is not None:
             specs[name] = spec
     return specs
+
+
+def _spec_of(key: str, config: Any) -> DynamicParamSpec | None:
+    if not isinstance(config, dict):
+        return None
+    return _spec_from_computed(config.get("name", key), config.get("computed"))
+
+
+def _describe(spec: DynamicParamSpec | None) -> str:
+    if spec is None:
+        return "no live hyperparameter"
+    return f"{spec.key}: {spec.dynamic_type} in [{spec.low}, {spec.high}], default {spec.default}"
+
+
+def _check_well_formed(key: str, config: Any) -> None:
+    computed = config.get("computed") if isinstance(config, dict) else None
+    if not isinstance(computed, dict) or computed.get("type") != "DynamicSchedule":
+        return
+    spec = _spec_of(key, config)
+    if spec is None or not spec.low <= spec.default <= spec.high:
+        raise HyperParamError(f"field {child_path('configs', key)}.computed: expected a DynamicSchedule with "
+                              f"dynamic_type float or int, a range [low, high] and a default inside it")
+
+
+def check_declarations(run_configs: Mapping[str, Any], packets: list[dict[str, Any]]) -> None:
+    """Refuse packets that would change a run's live hyperparameters once it has declared them.
+
+    The ranges a run declares with its first configs bound every change the dashboard accepts
+    for it, so a later packet (from anything that can reach /track) may not widen, add or remove
+    one.  labml's client re-sends configs unchanged, which passes.
+    """
+    merged = dict(run_configs)
+    for packet in packets:
+        configs = packet.get("configs") or {}
+        for key, config in configs.items():
+            _check_well_formed(key, config)
+            old, new = _spec_of(key, merged.get(key)), _spec_of(key, config)
+            if merged and old != new:
+                raise HyperParamError(f"field {child_path('configs', key)}: the run declared {_describe(old)} "
+                                      f"with its first configs; a later packet cannot change it (got {_describe(new)})")
+        merged.update(configs)
 
 
 def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> dict[str, Number]:

@@ -74,7 +74,8 @@ class _Server(uvicorn.Server):
             print(f"Dashboard running at {self.url}  (Ctrl-C to stop)", flush=True)
 
 
-def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets_dir: Path) -> int:
+def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets_dir: Path,
+          allowed_hosts: tuple[str, ...] = ()) -> int:
     """Run the dashboard until Ctrl-C or SIGTERM; returns the process exit code."""
     from dashboard.app import DashboardSettings, create_app
     from dashboard.store import DataFolderInUseError
@@ -100,7 +101,7 @@ def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets
                       f"the page needs internet access for it", file=sys.stderr)
             url = base_url(host, port)
             settings = DashboardSettings(data_dir=data_dir, mongo_url=mongo_url, assets=assets,
-                                         host=host, port=port)
+                                         host=host, port=port, allowed_hosts=allowed_hosts)
             try:
                 app = create_app(settings)
             except Exception as e:  # e.g. MongoDB unreachable

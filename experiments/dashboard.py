@@ -1,6 +1,7 @@
 """Start the labml dashboard locally.
 
     python -m experiments.dashboard [--host 127.0.0.1] [--port 5005] [--data DIR] [--mongo URL]
+                                    [--allowed-host NAME ...]
 
 By default the dashboard keeps its data in files under --data (no database server
 needed); --mongo uses a MongoDB server instead.  Stop it with Ctrl-C or SIGTERM.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from configs.cli import OneLineParser
 from dashboard.assets import default_cache_dir
+from dashboard.guard import normalize_host_name
 
 
 def default_data_dir() -> Path:
@@ -44,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assets-cache", metavar="DIR", default=str(default_cache_dir()),
                         help="where the front-end libraries fetched from the npm registry are cached "
                              "(default: ~/.cache/labml-dashboard/vendor)")
+    parser.add_argument("--allowed-host", metavar="NAME", action="append", default=[],
+                        help="also answer requests whose Host header names NAME (repeatable); by default only "
+                             "127.0.0.1, localhost, [::1] and the --host address are answered, which keeps pages "
+                             "on other sites out (DNS rebinding). There is no authentication: beyond loopback, "
+                             "put an authenticating TLS proxy in front")
     args = parser.parse_args(argv)
 
     try:
@@ -56,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         socket.getaddrinfo(args.host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
     except (socket.gaierror, UnicodeError):
         parser.fail(f"--host {args.host!r}: expected localhost or a numeric IP address such as 127.0.0.1")
+    for name in args.allowed_host:
+        try:
+            normalize_host_name(name)
+        except ValueError:
+            parser.fail(f"--allowed-host {name!r}: expected a host name or IP address without a port, "
+                        f"such as dashboard.example.com")
     if args.mongo is not None and not args.mongo.startswith(("mongodb://", "mongodb+srv://")):
         parser.fail(f"--mongo {args.mongo!r}: expected a URL starting with mongodb:// or mongodb+srv://")
     paths = {}
@@ -72,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from dashboard.server import serve
 
     return serve(host=args.host, port=port, data_dir=paths["--data"], mongo_url=args.mongo,
-                 assets_dir=paths["--assets-cache"])
+                 assets_dir=paths["--assets-cache"], allowed_hosts=tuple(args.allowed_host))
 
 
 if __name__ == "__main__":

@@ -112,12 +112,12 @@ class Process:
 
 
 class Dashboard(Process):
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, options: tuple[str, ...] = ()) -> None:
         self.port = port or free_port()
         self.data_dir = data_dir
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__([sys.executable, "-m", "experiments.dashboard", "--port", str(self.port),
-                          "--data", str(data_dir)], cwd=REPO)
+                          "--data", str(data_dir), *options], cwd=REPO)
 
     def wait_ready(self) -> Dashboard:
         self.wait_for_line(lambda line: line.startswith("Dashboard running at"), STARTUP_LIMIT_S)

@@ -83,7 +83,7 @@ def test_bad_http_input_gets_a_4xx_and_the_server_keeps_serving(dashboard: Dashb
         ("POST", f"/api/v1/hyperparams/{finished_run}", b"{}", 422),
         ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": "0.1"}', 422),
         ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": true}', 422),
-        ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": 1e400}', 422),
+        ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": 1e400}', 400),  # refused as it is parsed
         ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"learning_rate": -1}', 422),
         ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"epochs": 17}', 422),
         ("POST", f"/api/v1/hyperparams/{finished_run}", b'{"gamma": 0.5}', 422),
@@ -150,6 +150,9 @@ def test_busy_port_is_reported(dashboard: Dashboard, tmp_path: Path) -> None:
     (["--host", "my host"], "--host 'my host': expected localhost or a numeric IP address"),
     (["--mongo", "localhost:27017"], "--mongo 'localhost:27017': expected a URL starting with mongodb://"),
     (["--data", "/dev/null/store"], "--data '/dev/null/store': expected a writable folder"),
+    (["--allowed-host", "evil.example:80"], "--allowed-host 'evil.example:80': expected a host name or IP address without a port"),
+    (["--allowed-host", "my host"], "--allowed-host 'my host': expected a host name"),
+    (["--allowed-host", "*"], "--allowed-host '*': expected a host name"),
     (["--colour"], "unrecognized arguments: --colour"),
 ])
 def test_bad_options_give_one_line_and_exit_2(args: list[str], message: str) -> None:

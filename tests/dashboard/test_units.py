@@ -1,10 +1,12 @@
-"""The pieces on their own: change validation, the atomic file store, the asset cache."""
+"""The pieces on their own: change validation, the atomic file store, the asset cache, strict JSON,
+Host and Origin checks, fixed live ranges, the per-run charge."""
 
 from __future__ import annotations
 
 import io
 import json
 import math
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -13,11 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dashboard import strict_json
 from dashboard.assets import PACKAGES, VendorAssets, _install, ensure_assets
+from dashboard.guard import allowed_host_names, normalize_host_name, same_origin, split_host
 from dashboard.hyperparams import (
     DynamicParamSpec,
     HyperParamError,
     HyperParamStore,
+    check_declarations,
     dynamic_specs,
     reported_values,
     validate_changes,
@@ -29,6 +34,8 @@ from dashboard.store import (
     DataFolderLock,
     atomic_write,
 )
+from dashboard.usage import SERIES_BYTES, RunUsage, packet_charge
+from dashboard.web import BadRequest
 
 LR = DynamicParamSpec("learning_rate", "float", 2.5e-4, 0.0, 1e-2)
 EPOCHS = DynamicParamSpec("epochs", "int", 4, 1, 16)
@@ -191,3 +198,105 @@ def test_cached_packages_are_used_without_the_network(tmp_path: Path) -> None:
     assets = VendorAssets(tmp_path, [d3], [])
     assert assets.rewrite_index(f'<script src="{d3.cdn_url}"></script>') == \
         f'<script src="/_vendor/{d3.folder}/{d3.local_path}"></script>'
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b'{"a": NaN}', "field a: NaN is not allowed"),
+    (b'{"a": [1, Infinity]}', "field a[1]: Infinity is not allowed"),
+    (b'{"a": {"b c": -1e309}}', 'field a["b c"]: -1e309 is out of range'),
+    (b'{"a": "\\ud800x"}', "field a: '\\ud800x' has a lone surrogate at index 0"),
+    (b'{"\\udc00": 1}', "the body: '\\udc00' has a lone surrogate"),
+    (b'{"pid": -9223372036854775809}', "field pid: an integer of 19 digits is out of range"),
+    (b'{"pid": 12345678901234567890}', "field pid: an integer of 20 digits is out of range"),
+    (b"[" * 33 + b"]" * 33, "is nested deeper than 32 levels"),
+    (b"[" * 5000 + b"]" * 5000, "the body is nested deeper than 32 levels"),
+    (b"\xff", "the body is not UTF-8 (byte 0)"),
+    (b"\xef\xbb\xbf{}", "malformed JSON body"),  # a BOM
+    (b"", "malformed JSON body"),
+])
+def test_strict_json_refuses_what_the_store_cannot_hold(raw: bytes, message: str) -> None:
+    with pytest.raises(BadRequest, match=re.escape(message)) as refused:
+        strict_json.loads(raw)
+    assert refused.value.status_code == 400
+
+
+def test_strict_json_keeps_everything_else() -> None:
+    raw = b'[{"a": [1.5, -2, 9223372036854775807, "\\ud83d\\ude00", null, true]}]'
+    assert strict_json.loads(raw) == [{"a": [1.5, -2, 2 ** 63 - 1, "\U0001F600", None, True]}]
+    assert strict_json.loads(b"[" * 32 + b"]" * 32) == eval("[" * 31 + "[]" + "]" * 31)
+
+
+@pytest.mark.parametrize("header, expected", [
+    ("127.0.0.1:5005", ("127.0.0.1", 5005)), ("LocalHost.", ("localhost", None)), ("[::1]:80", ("[::1]", 80)),
+    ("[0:0::1]", ("[::1]", None)), ("Dash.Example.COM:443", ("dash.example.com", 443)),
+    ("evil.example@127.0.0.1", None), ("127.0.0.1:x", None), ("127.0.0.1:5005/x", None), ("", None),
+    ("a b", None), ("*", None), ("-bad.example", None),
+])
+def test_host_headers_are_split_and_normalized(header: str, expected: tuple[str, int | None] | None) -> None:
+    assert split_host(header) == expected
+
+
+def test_allowed_hosts_are_loopback_the_bound_address_and_extra_names() -> None:
+    assert allowed_host_names("0.0.0.0") == {"127.0.0.1", "localhost", "[::1]"}
+    assert allowed_host_names("192.168.1.5", ["Dash.Example."]) == {"127.0.0.1", "localhost", "[::1]", "192.168.1.5",
+                                                                     "dash.example"}
+    assert allowed_host_names("fe80::1") >= {"[fe80::1]"}
+    with pytest.raises(ValueError):
+        normalize_host_name("dash.example:80")
+
+
+@pytest.mark.parametrize("origin, host, same", [
+    ("http://127.0.0.1:5005", "127.0.0.1:5005", True),
+    ("https://dash.example", "dash.example", True),  # a TLS proxy in front: the port is the default one
+    ("https://dash.example", "dash.example:443", True),
+    ("http://dash.example", "dash.example:8080", False),
+    ("http://localhost:5005", "127.0.0.1:5005", False),  # another origin, even if it is the same machine
+    ("http://127.0.0.1:5006", "127.0.0.1:5005", False),
+    ("null", "127.0.0.1:5005", False),
+    ("file://", "127.0.0.1:5005", False),
+    ("http://127.0.0.1:5005/path", "127.0.0.1:5005", False),
+])
+def test_same_origin_compares_name_and_port(origin: str, host: str, same: bool) -> None:
+    assert same_origin(origin, host) is same
+
+
+def _config(computed: Any, name: str = "lr") -> dict[str, Any]:
+    return {"name": name, "computed": computed}
+
+
+DYNAMIC = {"type": "DynamicSchedule", "default": 0.1, "range": [0, 1], "dynamic_type": "float"}
+
+
+def test_live_ranges_are_fixed_by_the_first_configs() -> None:
+    # The first configs declare; in the same body or later, the same declaration passes.
+    check_declarations({}, [{"configs": {"lr": _config(DYNAMIC), "g": _config(0.9, "g")}}, {"configs": {"lr": _config(DYNAMIC)}}])
+    check_declarations({"lr": _config(DYNAMIC)}, [{"configs": {"lr": _config(DYNAMIC), "g": _config(0.5, "g")}}])
+    for later in ({"lr": _config({**DYNAMIC, "range": [0, 2]})}, {"lr": _config(0.1)}, {"lr": _config(DYNAMIC, "other")},
+                  {"g": _config(DYNAMIC, "g")}, {"x": _config(DYNAMIC, "lr")}):
+        with pytest.raises(HyperParamError, match="a later packet cannot change it"):
+            check_declarations({"lr": _config(DYNAMIC), "g": _config(0.9, "g")}, [{"configs": later}])
+        with pytest.raises(HyperParamError, match="a later packet cannot change it"):
+            check_declarations({}, [{"configs": {"lr": _config(DYNAMIC), "g": _config(0.9, "g")}}, {"configs": later}])
+    with pytest.raises(HyperParamError, match=re.escape("field configs.lr.computed: expected a DynamicSchedule")):
+        check_declarations({}, [{"configs": {"lr": _config({**DYNAMIC, "default": 2})}}])
+
+
+def test_runs_are_charged_for_what_labml_app_keeps() -> None:
+    packet = {"time": 1.0, "status": {"status": "x"}, "stdout": "abc",
+              "track": {"loss": {"step": [1], "value": [1]}, "hp.lr": {"step": [1], "value": [1]}}}
+    # '{"stdout": "abc"}' is 17 bytes; "loss" is new, "hp.lr" is one labml-app does not store.
+    assert packet_charge(packet, set()) == (17 + SERIES_BYTES, ["loss"])
+    assert packet_charge(packet, {"loss"}) == (17, [])
+    assert packet_charge({"track": {"loss": {"step": [2], "value": [0]}}, "time": 2.0}, {"loss"}) == (0, [])
+
+
+def test_run_usage_refuses_past_the_cap_and_persists(tmp_path: Path) -> None:
+    usage = RunUsage(tmp_path / "usage.json", max_run_bytes=SERIES_BYTES + 26)
+    charged, new = usage.charge("run", [{"track": {"a": {}}}, {"track": {"a": {}}, "name": "n"}])
+    assert (charged, new) == (SERIES_BYTES + len('{"name": "n"}'), ["a"])
+    usage.check("run", charged)  # 13 bytes of room left
+    usage.record("run", charged, new)
+    with pytest.raises(BadRequest, match=f"has stored {SERIES_BYTES + 13} bytes and this request adds 14"):
+        usage.check("run", len('{"name": "nn"}'))
+    again = RunUsage(tmp_path / "usage.json")
+    assert again.used("run") == SERIES_BYTES + 13 and again.charge("run", [{"track": {"a": {}}}]) == (0, [])

@@ -1,0 +1,92 @@
+"""How much each run has stored, so one run cannot fill the disk: a per-run cap on `/track` data.
+
+labml-app keeps some of what a run sends and merges the rest, so the bytes a run is charged
+for follow what it keeps:
+- text and settings (stdout, stderr, logger, configs, name, tags, indicators...) are kept
+  whole: each packet is charged the JSON size of everything but its `track`, `time` and
+  `status` (the last two overwrite the previous values);
+- a metric series is kept at most 1024 points long, however many points are sent: a series
+  is charged SERIES_BYTES once, when the run first sends it (labml-app drops the series of
+  labml's own indicators, ``hp.*``, ``grad.*``... : those cost nothing).
+Series and configs do not grow with a run's length, only its console output does.
+
+The counts persist in one JSON file, so a restart does not reset them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from dashboard.store import atomic_write
+from dashboard.web import BadRequest
+
+MAX_RUN_BYTES = 64 * 1024 * 1024
+# labml-app's Series keeps at most 1024 (step, last_step, value) points: 12.8 KB pickled at
+# 521 points, so twice that rounded up.
+SERIES_BYTES = 32 * 1024
+NOT_CHARGED = frozenset({"track", "time", "status"})
+# labml_app.enums.INDICATORS: series named "<one of these>.<...>" are not stored.
+DROPPED_SERIES = frozenset({"grad", "param", "module", "metric", "hp"})
+
+
+def packet_charge(packet: dict[str, Any], known_series: set[str]) -> tuple[int, list[str]]:
+    """(bytes to charge, series sent for the first time) for one checked packet."""
+    kept = {key: value for key, value in packet.items() if key not in NOT_CHARGED}
+    charged = len(json.dumps(kept, ensure_ascii=False).encode("utf-8")) if kept else 0
+    new_series = [name for name in packet.get("track") or {}
+                  if name not in known_series and name.split(".")[0] not in DROPPED_SERIES]
+    return charged + SERIES_BYTES * len(new_series), new_series
+
+
+class RunUsage:
+    """Bytes charged and series seen per run; `reserve` refuses what would pass `max_run_bytes`."""
+
+    def __init__(self, path: Path, max_run_bytes: int = MAX_RUN_BYTES) -> None:
+        self._path = path
+        self.max_run_bytes = max_run_bytes
+        self._lock = threading.Lock()
+        self._runs: dict[str, dict[str, Any]] = self._load()
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self._path.read_text("utf-8"))
+        except FileNotFoundError:
+            return {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{self._path}: not a usage file")
+        return data
+
+    def charge(self, run_uuid: str, packets: Iterable[dict[str, Any]]) -> tuple[int, list[str]]:
+        """What storing `packets` would add to the run: (bytes, new series), without recording it."""
+        with self._lock:
+            known = set(self._runs.get(run_uuid, {}).get("series", []))
+        total, new_series = 0, []
+        for packet in packets:
+            charged, new = packet_charge(packet, known)
+            known.update(new)
+            total += charged
+            new_series += new
+        return total, new_series
+
+    def check(self, run_uuid: str, charged: int) -> None:
+        used = self.used(run_uuid)
+        if used + charged > self.max_run_bytes:
+            raise BadRequest(413, f"run {run_uuid} has stored {used} bytes and this request adds {charged}; "
+                                  f"a run may store at most {self.max_run_bytes} bytes")
+
+    def record(self, run_uuid: str, charged: int, new_series: list[str]) -> None:
+        if not charged:
+            return  # most packets only extend known series: nothing to write
+        with self._lock:
+            entry = self._runs.setdefault(run_uuid, {"bytes": 0, "series": []})
+            entry["bytes"] += charged
+            entry["series"] += new_series
+            atomic_write(self._path, json.dumps(self._runs, sort_keys=True).encode("utf-8"))
+
+    def used(self, run_uuid: str) -> int:
+        with self._lock:
+            return int(self._runs.get(run_uuid, {}).get("bytes", 0))
