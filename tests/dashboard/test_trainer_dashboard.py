@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,9 @@ from test_live_run import series_of
 
 
 def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashboard, tmp_path: Path) -> None:
-    run = Process([sys.executable, "-m", "experiments.breakout", "--updates", "60", "--n-workers", "2",
+    # A run long enough never to end by itself: it is stopped (SIGTERM, as a user would) once the
+    # dashboard holds a metric taken with the changed value, whatever the machine's load.
+    run = Process([sys.executable, "-m", "experiments.breakout", "--updates", "100000", "--n-workers", "2",
                    "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--anneal-learning-rate", "false",
                    "--data-dir", str(tmp_path), "--dashboard", dashboard.url], cwd=REPO)
     try:
@@ -29,12 +32,20 @@ def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashb
         assert tweak.returncode == 0, tweak.stderr
         # The trainer applies it at its next update and says so on its console.
         run.wait_for_line(lambda text: "Dynamic hyper parameter changed" in text and "learning_rate" in text)
-        assert run.wait() == 0, run.output[-3000:]
+        deadline = time.monotonic() + 600  # a cap: the loop ends as soon as the metric is there
+        while time.monotonic() < deadline and run.proc.poll() is None:
+            _, metrics = dashboard.request("POST", f"/api/v1/metrics/{run_uuid}", {"get_all": True})
+            names = {s["name"] for s in metrics.get("series", [])}
+            if "learning_rate" in names and abs(series_of(metrics, "learning_rate")["value"][-1] - 1e-3) < 1e-9:
+                break
+            time.sleep(0.5)
+        os.kill(run.proc.pid, signal.SIGTERM)
+        assert run.wait() == 128 + signal.SIGTERM, run.output[-3000:]
     finally:
         run.kill()
 
     summary = json.loads((tmp_path / "breakout" / run_uuid / "summary.json").read_text())
-    assert summary["updates"] == 60
+    assert summary["status"] == "interrupted" and summary["updates"] >= 1
 
     status, info = dashboard.request("GET", f"/api/v1/run/{run_uuid}")
     assert status == 200 and info["name"] == "breakout"
