@@ -128,8 +128,10 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize(("sent_to", "backend"), [("trainer", "local"), ("group", "local"),
-                                                  pytest.param("group", "ray", marks=[pytest.mark.ray, pytest.mark.slow])])
+# Not with a Ray instance the trainer starts itself: its GCS and raylet are in the trainer's process
+# group too, and Ray's daemons handle SIGTERM by shutting down (in CI the run then lost its GCS).
+# With --ray-address the actors and daemons live outside the group. See the README's Reliability.
+@pytest.mark.parametrize(("sent_to", "backend"), [("trainer", "local"), ("group", "local")])
 def test_sigterm_mid_update_abandons_it_and_the_resume_stays_exact(cli, tmp_path: Path, sent_to: str, backend: str) -> None:
     """SIGTERM to the trainer alone mid-update, or to its whole process group mid-rollout (workers
     and forkserver too, item 8): either way update 3 is abandoned, no worker dies or is replaced,
