@@ -72,8 +72,8 @@ def strip_userinfo(url: str) -> str:
 
 def check_can_start(config: PPOConfig, run_dir: Path | None = None) -> None:
     """What the config cannot say about this machine, checked before any process starts or any
-    file is written: the device exists, and the run's folder can be created and written.
-    `ConfigError` (one line naming the option) otherwise."""
+    file is written: the device exists and has the precision asked for, and the run's folder can be
+    created and written. `ConfigError` (one line naming the option) otherwise."""
     device = config.device
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -82,6 +82,7 @@ def check_can_start(config: PPOConfig, run_dir: Path | None = None) -> None:
         count = torch.cuda.device_count()
         if device.startswith("cuda:") and int(device[5:]) >= count:
             raise ConfigError("device", device, f"auto, cpu, cuda or cuda:0 … cuda:{count - 1} ({count} CUDA devices here)")
+    resolve_precision(config.precision, resolve_device(device))  # bf16 where the hardware has none
     data_dir = config.data_dir
     targets = [Path(data_dir) / config.name] + ([run_dir, run_dir / "checkpoints"] if run_dir is not None else [])
     for target in targets:
@@ -194,7 +195,6 @@ class TrainingRun:
         config = self.config
         check_can_start(config)  # before labml writes anything or a worker starts
         device = resolve_device(config.device)
-        resolve_precision(config.precision, device)  # bf16 where there is none: one line, before anything starts
         live = self._start_labml()
         seeds = derive_seeds(config.seed, config.n_envs)
         with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
