@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.util import Finalize
@@ -63,7 +63,7 @@ class PipePool(EnvPool):
         # Workers ignore SIGTERM, so multiprocessing's own exit handler (SIGTERM every daemon child,
         # then join it) would wait forever on a pool nobody closed: kill them first (priority ≥ 0
         # runs before that handler).
-        self._kill_at_exit = Finalize(self, _kill_processes, args=(self._processes,), exitpriority=10)
+        self._kill_at_exit = Finalize(self, _kill_processes, args=(self._processes.values(),), exitpriority=10)
         super().__init__(specs, envs_per_worker, timeout_s, start_timeout_s, restarts)
 
     def worker_pids(self) -> list[int]:
@@ -163,10 +163,8 @@ class PipePool(EnvPool):
         deadline = time.monotonic() + timeout_s
         for p in stopping:
             p.process.join(max(0.0, deadline - time.monotonic()))
+        _kill_processes(stopping)  # the hung ones: SIGTERM is ignored by workers, so SIGKILL
         for p in stopping:
-            if p.process.is_alive():  # hung: SIGTERM is ignored by workers, so SIGKILL
-                p.process.kill()
-                p.process.join()
             p.conn.close()
 
     def _shutdown(self) -> None:
@@ -174,8 +172,9 @@ class PipePool(EnvPool):
         self._shared.close()
 
 
-def _kill_processes(processes: dict[int, _Process]) -> None:
-    for p in processes.values():
+def _kill_processes(processes: Iterable[_Process]) -> None:
+    """SIGKILL, and reap, those still alive."""
+    for p in processes:
         if p.process.is_alive():
             p.process.kill()
             p.process.join()
