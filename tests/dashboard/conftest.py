@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from dashboard_support import Dashboard, ProbeRun, marked_processes
+from dashboard_support import Dashboard, finished_probe_run, marked_processes
 
 from experiments.run.process_table import descendants
 
@@ -32,8 +32,6 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
 @pytest.fixture(scope="module")
 def finished_run(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A short probe run that has sent everything to the module's dashboard."""
-    probe = ProbeRun(tmp_path_factory.mktemp("probe"), f"{dashboard.url}/api/v1/default", "12")
-    run_uuid = probe.run_uuid()
-    assert probe.wait() == 0, probe.output
+    run_uuid, probe = finished_probe_run(dashboard.url, tmp_path_factory.mktemp("probe"), "12")
     assert "FINISHED delivered=True" in probe.output, probe.output
     return run_uuid

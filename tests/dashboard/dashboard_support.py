@@ -157,6 +157,15 @@ class ProbeRun(Process):
         return self.wait_for_line(lambda line: line.startswith("RUN_UUID=")).split("=", 1)[1].strip()
 
 
+def finished_probe_run(dashboard_url: str, folder: Path, updates: str) -> tuple[str, ProbeRun]:
+    """A probe run of `updates` updates sent to the dashboard to its end: its uuid, and the
+    finished process (for its output)."""
+    probe = ProbeRun(folder, f"{dashboard_url}/api/v1/default", updates)
+    run_uuid = probe.run_uuid()
+    assert probe.wait() == 0, probe.output
+    return run_uuid, probe
+
+
 def run_tool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=child_env(), capture_output=True,
                           text=True, timeout=RUN_LIMIT_S)

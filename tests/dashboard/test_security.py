@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_support import Dashboard, ProbeRun
+from dashboard_support import Dashboard, finished_probe_run
 
 LABML_VERSION = "0.5.3"
 MAX_BODY_BYTES = 2 * 1024 * 1024  # dashboard.app.DEFAULT_MAX_BODY_BYTES
@@ -340,9 +340,7 @@ def test_unstorable_input_is_refused_and_breaks_nothing(tmp_path: Path, no_lefto
     first = Dashboard(data)
     try:
         first.wait_ready()
-        probe = ProbeRun(tmp_path / "probe", f"{first.url}/api/v1/default", "5")
-        run_uuid = probe.run_uuid()
-        assert probe.wait() == 0, probe.output
+        run_uuid, _ = finished_probe_run(first.url, tmp_path / "probe", "5")
         assert_store_intact(first, run_uuid)
         for method, path, body, expected, fragments in bad_requests(run_uuid):
             status, answer = send(first, method, path, body, {"Content-Type": "application/json"})

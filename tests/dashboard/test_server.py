@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dashboard_support import REPO, Dashboard, ProbeRun, child_env, free_port
+from dashboard_support import REPO, Dashboard, child_env, finished_probe_run, free_port
 
 from experiments.run.process_table import descendants
 
@@ -167,9 +167,7 @@ def test_store_and_pending_changes_survive_a_restart(tmp_path: Path, no_leftover
     first = Dashboard(data)
     try:
         first.wait_ready()
-        probe = ProbeRun(tmp_path / "probe", f"{first.url}/api/v1/default", "5")
-        run_uuid = probe.run_uuid()
-        assert probe.wait() == 0, probe.output
+        run_uuid, _ = finished_probe_run(first.url, tmp_path / "probe", "5")
         status, answer = first.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"clip_range": 0.2})
         assert status == 200 and answer["pending"] == {"clip_range": 0.2}
         assert first.terminate() == 0
