@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dashboard.store import atomic_write
+from dashboard.store import atomic_write, read_json_object
 from dashboard.strict_json import child_path
 
 Number = int | float
@@ -177,13 +177,7 @@ class HyperParamStore:
         self._runs: dict[str, dict[str, dict[str, Number]]] = self._load()
 
     def _load(self) -> dict[str, dict[str, dict[str, Number]]]:
-        try:
-            data = json.loads(self._path.read_text("utf-8"))
-        except FileNotFoundError:
-            return {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{self._path}: not a hyperparameter store")
-        return data
+        return read_json_object(self._path, "a hyperparameter store")
 
     def _save(self) -> None:
         atomic_write(self._path, json.dumps(self._runs, indent=1, sort_keys=True).encode("utf-8"))

@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import tempfile
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from labml_db import Index, Model
 from labml_db.driver.file import FileDbDriver
@@ -27,6 +29,18 @@ from labml_db.serializer.pickle import PickleSerializer
 from labml_db.types import ModelDict
 
 LOCK_FILE_NAME = "dashboard.lock"
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object a small store file of the dashboard's holds; {} before its first write.
+    `ValueError` naming the file when it holds anything else."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not {what}")
+    return data
 
 
 def atomic_write(path: Path, data: bytes) -> None:

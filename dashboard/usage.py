@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from dashboard.store import atomic_write
+from dashboard.store import atomic_write, read_json_object
 from dashboard.web import BadRequest
 
 MAX_RUN_BYTES = 64 * 1024 * 1024
@@ -52,13 +52,7 @@ class RunUsage:
         self._runs: dict[str, dict[str, Any]] = self._load()
 
     def _load(self) -> dict[str, dict[str, Any]]:
-        try:
-            data = json.loads(self._path.read_text("utf-8"))
-        except FileNotFoundError:
-            return {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{self._path}: not a usage file")
-        return data
+        return read_json_object(self._path, "a usage file")
 
     def charge(self, run_uuid: str, packets: Iterable[dict[str, Any]]) -> tuple[int, list[str]]:
         """What storing `packets` would add to the run: (bytes, new series), without recording it."""
