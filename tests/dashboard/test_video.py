@@ -170,6 +170,21 @@ def test_without_runs_dir_there_are_no_videos(dashboard: Dashboard) -> None:
     assert_refused(answer, "start it with --runs-dir")
 
 
+@pytest.mark.slow
+def test_a_runs_dir_created_after_the_start_is_read(tmp_path: Path, no_leftover_processes: None) -> None:
+    # The usual order: the dashboard first, then the first training run creates the folder.
+    runs_dir, run_uuid = tmp_path / "runs", uuid.uuid1().hex
+    d = Dashboard(tmp_path / "data", options=("--runs-dir", str(runs_dir))).wait_ready()
+    try:
+        assert f"note: --runs-dir {runs_dir} does not exist yet" in d.output
+        assert get(d, f"/api/v1/videos/{run_uuid}") == (200, {"run_uuid": run_uuid, "video": None})
+        touch(runs_dir / "breakout" / run_uuid / "videos" / "update_000050.mp4", b"film", 7_000)
+        status, answer = get(d, f"/api/v1/videos/{run_uuid}")
+    finally:
+        d.kill()
+    assert status == 200 and answer["video"]["name"] == "videos/update_000050.mp4", answer
+
+
 def test_runs_dir_must_be_a_folder(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     result = run_tool("experiments.dashboard", "--runs-dir", str(tmp_path / "file"), "--data", str(tmp_path / "d"))
