@@ -15,6 +15,9 @@ setup(
         "ale-py>=0.10",
         # The headless build of OpenCV: same cv2 module, no Qt/libGL needed on servers.
         "opencv-python-headless>=4.8",
+        # Videos as H.264 MP4, which browsers play (OpenCV's own MP4 codec is MPEG-4 Part 2, which
+        # they do not): PyAV, FFmpeg's libraries in-process, with libx264 in its wheels.
+        "av>=18",
         "numpy>=1.24",
         "labml>=0.5.3,<0.6",
         "labml-app>=0.5.14,<0.6",

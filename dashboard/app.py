@@ -11,12 +11,15 @@ On top of the stock app this:
   non-JSON bodies, and caps request bodies (see `guard`);
 - refuses bad input at ingestion (malformed or unstorable JSON, wrong types, unknown runs,
   changed live-hyperparameter ranges) with a 4xx JSON error, so nothing stored can break a
-  later request, and caps what one run may store (see `usage`).
+  later request, and caps what one run may store (see `usage`);
+- shows a run's latest evaluation video on its page, read from the trainer's runs folder
+  (see `videos`).
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
 (loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,
 bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
-`stock_api` (labml-app's own endpoints), `usage` (the per-run cap), `web` (errors as JSON).
+`stock_api` (labml-app's own endpoints), `usage` (the per-run cap), `videos` (run videos),
+`web` (errors as JSON).
 labml-app builds its app object when `labml_app.flask_app` is imported, so `create_app` can be
 called once per process.
 """
@@ -36,6 +39,7 @@ from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import drop_stock_error_middleware, load_labml_app, replace_stock_routes, trust_only_origin
 from dashboard.stock_api import check_stock_routes
 from dashboard.usage import MAX_RUN_BYTES, RunUsage
+from dashboard.videos import video_routes
 from dashboard.web import answer_errors_as_json
 
 # labml's packets weigh a few KB (the largest measured, a Breakout run's configs, 12.9 KB); labml
@@ -54,6 +58,7 @@ class DashboardSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_run_bytes: int = MAX_RUN_BYTES
     allowed_hosts: tuple[str, ...] = ()  # answered besides the loopback names and `host`
+    runs_dir: Path | None = None  # the trainer's data_dir, whose run videos the run pages show
 
 
 def create_app(settings: DashboardSettings) -> FastAPI:
@@ -63,7 +68,8 @@ def create_app(settings: DashboardSettings) -> FastAPI:
                                  RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes), static_root,
                                  vendor_folders(settings.assets), build_index(static_root, settings.assets))
     check_stock_routes(flask_app.app)
-    replace_stock_routes(flask_app, first=handlers.routes(), last=handlers.catch_all_routes())
+    replace_stock_routes(flask_app, first=[*handlers.routes(), *video_routes(settings.runs_dir)],
+                         last=handlers.catch_all_routes())
     drop_stock_error_middleware(flask_app)
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")
     answer_errors_as_json(flask_app.app)
@@ -74,9 +80,10 @@ def create_app(settings: DashboardSettings) -> FastAPI:
 
 
 def build_index(static_root: Path, assets: VendorAssets) -> str:
-    """labml-app's page with local library links, the asset errors and our run-page script."""
+    """labml-app's page with local library links, the asset errors and our run-page scripts."""
     html = assets.rewrite_index((static_root / "index.html").read_text("utf-8"))
     errors = json.dumps(assets.errors).replace("</", "<\\/")
     extra = (f"<script>window.DASHBOARD_ASSET_ERRORS = {errors};</script>\n"
-             '    <script src="/_dashboard/run-link.js" defer></script>\n')
+             '    <script src="/_dashboard/run-link.js" defer></script>\n'
+             '    <script src="/_dashboard/run-video.js" defer></script>\n')
     return html.replace("</head>", extra + "</head>", 1)

@@ -75,7 +75,7 @@ class _Server(uvicorn.Server):
 
 
 def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets_dir: Path,
-          allowed_hosts: tuple[str, ...] = ()) -> int:
+          allowed_hosts: tuple[str, ...] = (), runs_dir: Path | None = None) -> int:
     """Run the dashboard until Ctrl-C or SIGTERM; returns the process exit code."""
     from dashboard.app import DashboardSettings, create_app
     from dashboard.store import DataFolderInUseError
@@ -101,7 +101,7 @@ def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets
                       f"the page needs internet access for it", file=sys.stderr)
             url = base_url(host, port)
             settings = DashboardSettings(data_dir=data_dir, mongo_url=mongo_url, assets=assets,
-                                         host=host, port=port, allowed_hosts=allowed_hosts)
+                                         host=host, port=port, allowed_hosts=allowed_hosts, runs_dir=runs_dir)
             try:
                 app = create_app(settings)
             except Exception as e:  # e.g. MongoDB unreachable
@@ -110,7 +110,9 @@ def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets
             store = mongo_url if mongo_url else f'{data_dir / "store"}'
             print(f"Store: {store}\n"
                   f"Point labml at it: labml_app_url={url}/api/v1/default\n"
-                  f"Live hyperparameters of a run: {url}/hyperparams/RUN_UUID", flush=True)
+                  f"Live hyperparameters of a run: {url}/hyperparams/RUN_UUID\n"
+                  f"Run videos: {runs_dir if runs_dir is not None else 'none (start with --runs-dir DATA_DIR)'}",
+                  flush=True)
             # labml-app's analyses average empty series on fresh runs; numpy warns each time.
             warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"numpy\.")
             config = uvicorn.Config(app, log_level="warning", lifespan="off",

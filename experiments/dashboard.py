@@ -1,7 +1,7 @@
 """Start the labml dashboard locally.
 
     python -m experiments.dashboard [--host 127.0.0.1] [--port 5005] [--data DIR] [--mongo URL]
-                                    [--allowed-host NAME ...]
+                                    [--allowed-host NAME ...] [--runs-dir DATA_DIR]
 
 By default the dashboard keeps its data in files under --data (no database server
 needed); --mongo uses a MongoDB server instead.  Stop it with Ctrl-C or SIGTERM.
@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                              "127.0.0.1, localhost, [::1] and the --host address are answered, which keeps pages "
                              "on other sites out (DNS rebinding). There is no authentication: beyond loopback, "
                              "put an authenticating TLS proxy in front")
+    parser.add_argument("--runs-dir", metavar="DATA_DIR", default=None,
+                        help="the trainer's --data-dir (e.g. runs): a run's page then shows the newest MP4 in its "
+                             "folder, DATA_DIR/NAME/RUN_UUID/ (default: no videos)")
     args = parser.parse_args(argv)
 
     try:
@@ -82,10 +85,24 @@ def main(argv: list[str] | None = None) -> int:
             parser.fail(f'{option} {value!r}: expected a writable folder ({getattr(e, "strerror", None) or e})')
         paths[option] = path.resolve()
 
+    runs_dir = None if args.runs_dir is None else _runs_dir(parser, args.runs_dir)
+
     from dashboard.server import serve
 
     return serve(host=args.host, port=port, data_dir=paths["--data"], mongo_url=args.mongo,
-                 assets_dir=paths["--assets-cache"], allowed_hosts=tuple(args.allowed_host))
+                 assets_dir=paths["--assets-cache"], allowed_hosts=tuple(args.allowed_host), runs_dir=runs_dir)
+
+
+def _runs_dir(parser: OneLineParser, value: str) -> Path:
+    """--runs-dir, resolved. It may not exist yet (the first run creates it); if it does, it must be a
+    folder this user can read."""
+    path = Path(value).expanduser()
+    if path.exists() and not (path.is_dir() and os.access(path, os.R_OK | os.X_OK)):
+        parser.fail(f"--runs-dir {value!r}: expected a readable folder (the trainer's --data-dir)")
+    if not path.exists():
+        print(f"dashboard: note: --runs-dir {value} does not exist yet; a run's videos show once it writes them there",
+              file=sys.stderr)
+    return path.resolve()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Evaluation: whole-game scores, the MP4 of the first game, and one-line errors on bad input.
+"""Evaluation: whole-game scores, the H.264 MP4 of the first game, and one-line errors on bad input.
 
 A real (tiny) run is trained once through the real CLI; the evaluation CLI is then run on it.
 """
@@ -12,9 +12,11 @@ import re
 import shutil
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
-import cv2
+import av
+import numpy as np
 import pytest
 import torch
 
@@ -23,7 +25,14 @@ from experiments.evaluate import main
 from game.atari import Game, GameSpec
 from ppo.checkpoint import CheckpointError, check_fits
 from ppo.devices import resolve_device
-from ppo.evaluation import DEFAULT_GREEDY_EPSILON, model_from_checkpoint, play, play_games, record_training_video
+from ppo.evaluation import (
+    DEFAULT_GREEDY_EPSILON,
+    VideoRecorder,
+    model_from_checkpoint,
+    play,
+    play_games,
+    record_training_video,
+)
 from ppo.model import ActorCritic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,16 +61,43 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"data_dir": str(data_dir), "uuid": summary["run_uuid"], "checkpoint": str(checkpoint)}
 
 
-def _frames(path: Path) -> list:
-    capture = cv2.VideoCapture(str(path))
-    frames = []
-    while True:
-        ok, frame = capture.read()
-        if not ok:
+@dataclasses.dataclass
+class Film:
+    codec: str
+    pixel_format: str
+    size: tuple[int, int]  # (width, height)
+    frames: int  # decoded, not the header's count
+    fps: float
+
+
+def _film(path: Path) -> Film:
+    """What PyAV reads back from a video: the codec and format the browser gets, and every frame."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        frames = sum(1 for _ in container.decode(stream))
+        context = stream.codec_context
+        return Film(context.name, context.pix_fmt, (context.width, context.height), frames,
+                    float(stream.average_rate))
+
+
+def _boxes(path: Path) -> list[str]:
+    """The MP4's top-level box types, in file order (each box: 4-byte size, 4-byte type)."""
+    data, boxes, offset = path.read_bytes(), [], 0
+    while offset + 8 <= len(data):
+        size = int.from_bytes(data[offset:offset + 4], "big")
+        boxes.append(data[offset + 4:offset + 8].decode("ascii"))
+        if size < 8:  # 0: to the end of the file; 1: a 64-bit size (not written for films this short)
             break
-        frames.append(frame)
-    capture.release()
-    return frames
+        offset += size
+    return boxes
+
+
+def assert_browser_playable(film: Film, path: Path) -> None:
+    """H.264 in 4:2:0, even sizes, index (moov) before the media (mdat): what a <video> plays while loading."""
+    assert (film.codec, film.pixel_format) == ("h264", "yuv420p")
+    assert film.size == VIDEO_SIZE and VIDEO_SIZE[0] % 2 == VIDEO_SIZE[1] % 2 == 0
+    boxes = _boxes(path)
+    assert boxes[0] == "ftyp" and boxes.index("moov") < boxes.index("mdat"), boxes
 
 
 def _files(root: Path) -> set[Path]:
@@ -89,10 +125,11 @@ def test_cli_plays_a_whole_game_and_films_it(run: dict[str, str], tmp_path: Path
     assert result["video"] == str(video)
     assert result["greedy"] is False and result["epsilon"] == 0.0
     assert result["update"] == 1 and result["env_steps"] == 2 * 8
-    frames = _frames(video)
+    film = _film(video)
+    assert_browser_playable(film, video)
     # One frame at the start, one per agent step, one per FIRE after each of the 4 lives lost mid-game.
-    assert len(frames) == result["lengths"][0] + 1 + 4
-    assert (frames[0].shape[1], frames[0].shape[0]) == VIDEO_SIZE
+    assert film.frames == result["lengths"][0] + 1 + 4
+    assert film.fps == 60 / 4  # real time: one frame per action repeat of 4 emulator frames
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.mp4"]  # no temporary file left behind
 
 
@@ -253,6 +290,36 @@ def test_bad_arguments_are_rejected() -> None:
         play_games(ActorCritic(n_actions=6), GameSpec(), games=1)
 
 
+def test_recorder_rounds_odd_sizes_to_even_and_keeps_an_exact_frame_rate(tmp_path: Path) -> None:
+    # An 81×105 screen (width × height) at scale 1: 81 wide → 82, 105 + the 30-pixel strip = 135 → 136.
+    # 60/7 fps (frame skip 7) is not a float a time base can hold; it must come out as 60/7.
+    recorder = VideoRecorder(tmp_path / "odd.mp4", 60 / 7, scale=1, screen=(105, 81))
+    for i in range(7):
+        recorder.write(np.full((105, 81, 3), 30 * i, np.uint8), f"frame {i}")
+    assert [p.name for p in tmp_path.iterdir()] == [".odd.partial.mp4"]  # nothing at the path until closed
+    recorder.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["odd.mp4"]
+    with av.open(str(tmp_path / "odd.mp4")) as container:
+        stream = container.streams.video[0]
+        assert (stream.codec_context.name, stream.codec_context.pix_fmt) == ("h264", "yuv420p")
+        assert (stream.codec_context.width, stream.codec_context.height) == (82, 136)
+        assert stream.average_rate == Fraction(60, 7)
+        assert sum(1 for _ in container.decode(stream)) == 7
+
+
+def test_recorder_refuses_an_unwritable_place_at_once(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match=r"cannot write an H\.264 video at .*missing"):
+        VideoRecorder(tmp_path / "missing" / "x.mp4", 15.0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_recorder_abort_leaves_nothing(tmp_path: Path) -> None:
+    recorder = VideoRecorder(tmp_path / "gone.mp4", 15.0)
+    recorder.write(np.zeros((210, 160, 3), np.uint8))
+    recorder.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_training_hook_films_one_game_into_the_run_folder(tmp_path: Path) -> None:
     model = _model()
     model.train()
@@ -262,9 +329,9 @@ def test_training_hook_films_one_game_into_the_run_folder(tmp_path: Path) -> Non
     assert model.training  # mode restored
     video = tmp_path / "videos" / "update_000050.mp4"
     assert sorted(p.name for p in video.parent.iterdir()) == [video.name]
-    frames = _frames(video)
-    assert (frames[0].shape[1], frames[0].shape[0]) == VIDEO_SIZE
-    assert len(frames) == metrics["eval_length"] + 1 + 4
+    film = _film(video)
+    assert_browser_playable(film, video)
+    assert film.frames == metrics["eval_length"] + 1 + 4
     assert metrics["eval_score"] >= 0
 
 

@@ -1,29 +1,65 @@
-"""Film a game: the emulator's RGB screen, as `Game.on_frame` reports it, into an MP4.
+"""Film a game: the emulator's RGB screen, as `Game.on_frame` reports it, into an H.264 MP4.
 
 The screen (native 160×210) is scaled ×3 with nearest-neighbour, one frame per action repeat at
 60/frame_skip fps (real time), with a strip below showing score, lives and step. The agent sees
-grayscale 84×84 only; the colour screen is read just while a film is attached.
+grayscale 84×84 only; the colour screen is read just while a film is attached. The file is
+H.264 (yuv420p, index first) so that browsers play it: the dashboard shows a run's latest video.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from fractions import Fraction
 from pathlib import Path
+from typing import Final
 
+import av
 import cv2
 import numpy as np
 
 from game.atari import Game, StepResult
 
 VIDEO_SCALE = 3
-VIDEO_FOURCC = "mp4v"
+# H.264 in MP4 is what every browser's <video> plays; OpenCV's 'mp4v' (MPEG-4 Part 2) is not
+# (Chromium: MediaError 4, "format not supported"). PyAV's wheels ship FFmpeg with libx264.
+VIDEO_CODEC: Final = "libx264"  # Final: a literal, so type checkers know it makes a video stream
+# Browsers decode H.264 with 4:2:0 chroma only (not the High 4:4:4 profile that keeps RGB's full
+# colour), and 4:2:0 needs an even width and height.
+VIDEO_PIXEL_FORMAT = "yuv420p"
+# The MP4 index (moov atom) is written first, so a browser can start playing while loading.
+CONTAINER_OPTIONS = {"movflags": "+faststart"}
+# Flat Atari colours and a sharp text strip compress well; "veryfast" keeps the encoder from
+# competing with training for the CPU (a game of a few thousand frames encodes in seconds).
+ENCODER_OPTIONS = {"preset": "veryfast", "crf": "23"}
 EMULATOR_HZ = 60
 _STRIP_HEIGHT = 30  # pixels of text strip under the scaled screen
 
 
+def _even(n: int) -> int:
+    return n + n % 2
+
+
+def _open_h264(path: Path, fps: float, size: tuple[int, int]) -> tuple[av.container.OutputContainer, av.VideoStream]:
+    """An MP4 at `path` with one H.264 stream of `size` (width, height) at `fps`, its file opened."""
+    container = av.open(str(path), mode="w", format="mp4", container_options=CONTAINER_OPTIONS)
+    try:
+        # A frame's timestamp counts frames: time base 1/fps (60/7 fps stays exact too).
+        rate = Fraction(fps).limit_denominator(1001)
+        stream = container.add_stream(VIDEO_CODEC, rate=rate, options=ENCODER_OPTIONS)
+        stream.width, stream.height = size
+        stream.pix_fmt = VIDEO_PIXEL_FORMAT
+        stream.codec_context.time_base = 1 / rate
+        container.start_encoding()  # opens the file: an unwritable folder fails here, not mid-game
+    except BaseException:
+        with contextlib.suppress(av.FFmpegError, OSError):
+            container.close()
+        raise
+    return container, stream
+
+
 class VideoRecorder:
-    """RGB emulator frames → an MP4 (OpenCV, 'mp4v'), scaled up, with a text strip.
+    """RGB emulator frames → an H.264 MP4 (PyAV), scaled up, with a text strip.
 
     Writes to a hidden temporary file beside `path` and renames it into place on `close()`, so
     an interrupted or failed evaluation leaves no half-written video at `path`.
@@ -33,27 +69,31 @@ class VideoRecorder:
         self.path = Path(path)
         self.scale = scale
         height, width = screen
-        self.size = (width * scale, height * scale + _STRIP_HEIGHT)  # (width, height) as OpenCV wants
+        # (width, height), rounded up to even sizes for 4:2:0: an extra row joins the text strip,
+        # an extra column stays black.
+        self.size = (_even(width * scale), _even(height * scale + _STRIP_HEIGHT))
+        self._screen_size = (width * scale, height * scale)
         self._temp = self.path.with_name(f".{self.path.stem}.partial{self.path.suffix or '.mp4'}")
-        self._writer = cv2.VideoWriter(str(self._temp), cv2.VideoWriter.fourcc(*VIDEO_FOURCC), fps, self.size)
-        if not self._writer.isOpened():
-            self._writer.release()
+        try:
+            self._container, self._stream = _open_h264(self._temp, fps, self.size)
+        except av.FFmpegError as e:
             self._remove_temp()
-            raise OSError(f"OpenCV cannot write an {VIDEO_FOURCC} video at {self.path}")
+            raise OSError(f"cannot write an H.264 video at {self.path}: {e}") from e
         self._canvas = np.zeros((self.size[1], self.size[0], 3), np.uint8)
         self.frames = 0
         self._done = False
 
     def write(self, rgb: np.ndarray, text: str = "") -> None:
         canvas = self._canvas
-        screen_h = canvas.shape[0] - _STRIP_HEIGHT
-        scaled = cv2.resize(rgb, (canvas.shape[1], screen_h), interpolation=cv2.INTER_NEAREST)
-        cv2.cvtColor(scaled, cv2.COLOR_RGB2BGR, dst=canvas[:screen_h])
+        width, screen_h = self._screen_size
+        canvas[:screen_h, :width] = cv2.resize(rgb, (width, screen_h), interpolation=cv2.INTER_NEAREST)
         canvas[screen_h:] = 0
         if text:
             cv2.putText(canvas, text, (8, canvas.shape[0] - 10), cv2.FONT_HERSHEY_SIMPLEX, 0.55,
                         (255, 255, 255), 1, cv2.LINE_AA)
-        self._writer.write(canvas)
+        frame = av.VideoFrame.from_ndarray(canvas, format="rgb24")
+        frame.pts = self.frames
+        self._container.mux(self._stream.encode(frame))  # the encoder converts to yuv420p
         self.frames += 1
 
     def close(self) -> None:
@@ -61,7 +101,12 @@ class VideoRecorder:
         if self._done:
             return
         self._done = True
-        self._writer.release()
+        try:
+            self._container.mux(self._stream.encode(None))  # the frames the encoder still holds
+            self._container.close()
+        except BaseException:
+            self._remove_temp()
+            raise
         os.replace(self._temp, self.path)
 
     def abort(self) -> None:
@@ -69,7 +114,8 @@ class VideoRecorder:
         if self._done:
             return
         self._done = True
-        self._writer.release()
+        with contextlib.suppress(av.FFmpegError, OSError):
+            self._container.close()
         self._remove_temp()
 
     def _remove_temp(self) -> None:
@@ -130,4 +176,4 @@ class GameFilm:
         return f"{self._game.spec.game}  score {self._score:g}  lives {self._lives}  step {self._length}"
 
 
-__all__ = ["EMULATOR_HZ", "GameFilm", "VideoRecorder"]
+__all__ = ["EMULATOR_HZ", "VIDEO_CODEC", "GameFilm", "VideoRecorder"]
