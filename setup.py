@@ -1,13 +1,22 @@
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# The version lives in configs/version.py (every command's --version prints it); read as text, so
+# building the package never imports it.
+VERSION = re.search(r'^VERSION = "([^"]+)"', (Path(__file__).parent / "configs" / "version.py").read_text(), re.M).group(1)
 
 setup(
     name="breakout-ppo",
-    version="0.1.0",
+    version=VERSION,
     description="PPO that learns Atari Breakout from pixels, run and watched as a labml experiment",
     python_requires=">=3.10",
     packages=find_packages(include=["ppo", "ppo.*", "game", "game.*", "configs", "configs.*",
                                     "experiments", "experiments.*", "dashboard", "dashboard.*"]),
     package_data={"dashboard": ["static/*"]},
+    # One console command beside `python -m experiments.<module>`: `breakout-ppo train|evaluate|…`.
+    entry_points={"console_scripts": ["breakout-ppo = experiments.commands:main"]},
     install_requires=[
         # torch is installed first, pinned, by the README's set-up (the CPU build); any 2.x works.
         "torch>=2.1",

@@ -1,9 +1,15 @@
 """The command line, generated from `PPOConfig`: every field is `--name VALUE` (dashes or
-underscores), `--help` lists them with their defaults, and a bad value is one line and exit 2."""
+underscores), `--help` lists them by section with a typed placeholder and their defaults, and a
+bad value or an unknown option is one line and exit 2.
+
+Every command of the project parses with `OneLineParser`, so all of them share: the one-line
+errors, `--version`, underscores accepted for dashes, "did you mean" for a misspelt option.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import re
 import sys
@@ -11,9 +17,22 @@ import typing
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from configs.ppo import ConfigError, PPOConfig, config_fields, validate
+from configs.ppo import SECTIONS, ConfigError, PPOConfig, config_fields, section_of, validate
+from configs.version import NAME, VERSION
 
 USAGE_ERROR = 2  # the exit code of a bad command line, as argparse uses it
+
+# What other PPO code (SB3, CleanRL, baselines) calls some options: difflib's nearest spelling
+# would not find `--learning-rate` from `--lr`, so these are looked up first.
+ALIASES = {
+    "lr": "learning-rate", "learning-rate-annealing": "anneal-learning-rate", "anneal-lr": "anneal-learning-rate",
+    "ent-coef": "entropy-coef", "vf-coef": "value-coef", "clip-param": "clip-range", "clip-coef": "clip-range",
+    "clip-vloss": "clip-value-loss", "cliprange": "clip-range", "lam": "gae-lambda", "gae": "gae-lambda",
+    "n-steps": "worker-steps", "num-steps": "worker-steps", "nsteps": "worker-steps", "n-epochs": "epochs",
+    "update-epochs": "epochs", "noptepochs": "epochs", "num-minibatches": "minibatches", "nminibatches": "minibatches",
+    "n-envs": "n-workers", "num-envs": "n-workers", "num-workers": "n-workers", "total-timesteps": "total-env-steps",
+    "env": "game", "env-id": "game", "eps": "adam-eps", "norm-adv": "normalize-advantages", "max-grad": "max-grad-norm",
+}
 
 
 def usage_error(message: str, prog: str | None = None) -> NoReturn:
@@ -28,18 +47,77 @@ def fail(message: str) -> NoReturn:
     usage_error(message)
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout with a wider option column (`--learning-rate FLOAT` and its help on one
+    line). Description and epilog paragraphs are wrapped to the terminal, except one holding a
+    list or indented lines (examples), which is kept as written."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 32, width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in re.split(r"\n\s*\n", text.strip("\n")):
+            if re.search(r"^(\s|\d+\.\s|[-*]\s)", paragraph, re.M):
+                paragraphs.append("\n".join(indent + line for line in paragraph.splitlines()))
+            else:
+                paragraphs.append(super()._fill_text(paragraph, width, indent))
+        return "\n\n".join(paragraphs)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad argument is a single `error:` line (no usage dump) and exit code 2.
+    """argparse, but a bad argument is a single `error:` line (no usage dump) and exit code 2;
+    every option may also be spelt with underscores (`--learning_rate`, not shown in --help); an
+    unknown option is answered with the nearest known one; `--version` prints the version.
 
     With `name_in_errors=True` the line starts with the program's name (``tweak: error: ...``),
     as the dashboard's commands print it; `fail` reports the checks done after parsing alike.
     """
 
     def __init__(self, *args: Any, name_in_errors: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # `--lr` must not quietly mean some `--lr…` option
         super().__init__(*args, **kwargs)
         self.name_in_errors = name_in_errors
         # argparse only takes "-5" or "-.5" as values; "-1e-4" would be read as an unknown flag.
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.I)
+        self.add_argument("--version", action="version", version=f"{NAME} {VERSION}", help="print the version and exit")
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:  # type: ignore[override]
+        return super().parse_known_args(self._dashed(sys.argv[1:] if args is None else args), namespace)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            self.error(self._unrecognized(unknown))
+        return parsed
+
+    def _options(self) -> list[str]:
+        return [option for option in self._option_string_actions if option.startswith("--")]
+
+    def _dashed(self, args: Sequence[str]) -> list[str]:
+        """`--learning_rate[=V]` → `--learning-rate[=V]` where that is an option (values and
+        everything after a bare `--` are left alone)."""
+        options, out = set(self._options()), list(args)
+        for i, arg in enumerate(out):
+            if arg == "--":
+                break
+            name, sep, value = arg.partition("=")
+            if name.startswith("--") and name not in options and (dashed := "--" + name[2:].replace("_", "-")) in options:
+                out[i] = dashed + sep + value
+        return out
+
+    def _unrecognized(self, unknown: list[str]) -> str:
+        """argparse's message, plus the option probably meant: `--lr` → `--learning-rate`."""
+        message = f"unrecognized arguments: {' '.join(unknown)}"
+        first = next((arg.partition("=")[0] for arg in unknown if arg.startswith("-") and not self._negative_number_matcher.match(arg)), None)
+        if first is None:
+            return message
+        key = first.lstrip("-").replace("_", "-").lower()
+        options = self._options()
+        guess = "--" + ALIASES[key] if key in ALIASES and "--" + ALIASES[key] in options else None
+        guess = guess or next(iter(difflib.get_close_matches("--" + key, options, n=1)), None)
+        return f"{message}; did you mean {guess}?" if guess else message
 
     def error(self, message: str) -> NoReturn:
         self.fail(message)
@@ -65,11 +143,27 @@ def _parse_finite_float(text: str) -> float:
     return value
 
 
+def _base_type(annotation: Any) -> tuple[Any, bool]:
+    """(the type, whether none is allowed too) of `int | None`-style annotations."""
+    args = typing.get_args(annotation)
+    base = next((a for a in args if a is not type(None)), annotation) if args else annotation
+    return base, type(None) in args
+
+
+def placeholder(annotation: Any) -> str:
+    """The --help placeholder of a field's type: `--seed INT`, `--clip-rewards {true,false}`."""
+    base, _ = _base_type(annotation)
+    return {bool: "{true,false}", int: "INT", float: "FLOAT"}.get(base, "STR")
+
+
+def shown_default(value: Any) -> str:
+    """A default as it is typed on the command line: `true`, not `True`."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def value_converter(annotation: Any) -> tuple[typing.Callable[[str], Any], str]:
     """(function parsing one command-line string, what it accepts) for a field's type."""
-    args = typing.get_args(annotation)
-    optional = type(None) in args
-    base = next((a for a in args if a is not type(None)), annotation) if args else annotation
+    base, optional = _base_type(annotation)
     parse: typing.Callable[[str], Any]
     if base is bool:
         parse, accepted = _parse_bool, "true or false"
@@ -89,15 +183,19 @@ def value_converter(annotation: Any) -> tuple[typing.Callable[[str], Any], str]:
 
 
 def build_parser(prog: str, description: str) -> OneLineParser:
-    parser = OneLineParser(prog=prog, description=description, allow_abbrev=False,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    group = parser.add_argument_group("hyperparameters and run options (from configs/ppo.py)")
+    """A parser with every `PPOConfig` field as an option, grouped by `configs.ppo.SECTIONS`; an
+    option not given is absent from the parsed namespace (so only what was typed overrides)."""
+    parser = OneLineParser(prog=prog, description=description, usage="%(prog)s [-h] [--version] [--OPTION VALUE ...]",
+                           epilog="[live]: can also be changed while the run goes (python -m experiments.tweak, or the dashboard).\n\n"
+                                  "Any option may be spelt with underscores instead of dashes; true/false also take yes/no, 1/0.")
+    hints = typing.get_type_hints(PPOConfig)
+    groups = {title: parser.add_argument_group(title) for title in SECTIONS}
     for f in config_fields():
-        dashed, underscored = "--" + f.name.replace("_", "-"), "--" + f.name
-        flags = [dashed] if dashed == underscored else [dashed, underscored]
-        live = " [live: changeable while running]" if f.metadata["live"] else ""
-        group.add_argument(*flags, dest=f.name, metavar="VALUE", default=argparse.SUPPRESS,
-                           help=f"{f.metadata['help']}{live} (default: {f.default})")
+        live = " [live]" if f.metadata["live"] else ""
+        # A none default is explained by the field's own help ("(default: none, never)").
+        default = "" if f.default is None else f" (default: {shown_default(f.default)})"
+        groups[section_of(f.name)].add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
+                           metavar=f.metadata["metavar"] or placeholder(hints[f.name]), help=f"{f.metadata['help']}{live}{default}")
     return parser
 
 
@@ -126,20 +224,52 @@ def config_from_overrides(overrides: dict[str, Any], base: PPOConfig | None = No
     return validate(PPOConfig.from_dict(base_values), game_exists)
 
 
+def spell_game(overrides: dict[str, Any], canonical_game: typing.Callable[[str], str | None] | None) -> dict[str, Any]:
+    """`overrides` with `--game pong` spelt as the emulator spells it (`Pong`), so the config, the
+    checkpoint and a `--resume`'s comparison with the saved config all hold the one spelling. An
+    unknown name is left as typed, for validation to name it."""
+    if canonical_game is None or "game" not in overrides:
+        return overrides
+    return {**overrides, "game": canonical_game(overrides["game"]) or overrides["game"]}
+
+
+def _spelt_as(canonical_game: typing.Callable[[str], str | None]) -> typing.Callable[[str], bool]:
+    """The check `validate` takes: a game that exists, spelt as the emulator spells it."""
+    return lambda game: canonical_game(game) == game
+
+
 def parse_config(argv: Sequence[str] | None, prog: str, description: str,
                  add_arguments: typing.Callable[[OneLineParser], None] | None = None,
-                 game_exists: typing.Callable[[str], bool] | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
-    """Parse, convert and validate; exits with one line on any bad input."""
+                 canonical_game: typing.Callable[[str], str | None] | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
+    """Parse, convert and validate; exits with one line on any bad input. `canonical_game` is the
+    game package's spelling of a game name (None: not a game), passed in because this package
+    imports nothing of the emulator's; without it the name is not checked."""
     parser = build_parser(prog, description)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        overrides = overrides_from_args(args)
-        config = config_from_overrides(overrides, game_exists=game_exists)
+        overrides = spell_game(overrides_from_args(args), canonical_game)
+        config = config_from_overrides(overrides, game_exists=None if canonical_game is None else _spelt_as(canonical_game))
     except ConfigError as e:
         fail(str(e))
     return config, args, overrides
+
+
+def docstring_help(doc: str | None) -> tuple[str, str]:
+    """(description, epilog) for --help from a module docstring written in Markdown: its first
+    paragraph, then the rest, with the markup (`code`, **bold**, # headings, ``` fences) dropped."""
+    description, _, epilog = (doc or "").strip().partition("\n\n")
+    # "Learning curves over seeds: `python -m experiments.curves --help`." points at the command
+    # the reader is already running (maybe as `breakout-ppo curves`): --help leaves that out.
+    description = re.sub(r":\s*`python -m [^`]*`\.?$", ".", " ".join(description.split()))
+    return _plain(description), _plain(epilog)
+
+
+def _plain(markdown: str) -> str:
+    lines = (re.sub(r"^\s*#+\s*", "", line) for line in markdown.splitlines() if not line.strip().startswith("```"))
+    text = "\n".join(lines)
+    return re.sub(r"\*\*(.+?)\*\*|\*(\S[^*]*?)\*|`([^`]*)`", lambda m: next(g for g in m.groups() if g is not None), text)
 
 
 __all__ = [
@@ -147,9 +277,11 @@ __all__ = [
     "OneLineParser",
     "build_parser",
     "config_from_overrides",
+    "docstring_help",
     "fail",
     "overrides_from_args",
     "parse_config",
+    "spell_game",
     "usage_error",
     "value_converter",
 ]

@@ -52,6 +52,7 @@ def device_name(v: Any) -> str | None:
 
 
 PRECISIONS = ("auto", "fp32", "bf16")
+BACKENDS = ("local", "ray", "serial")
 
 
 def precision_name(v: Any) -> str | None:
@@ -72,18 +73,27 @@ def one_of(*choices: str) -> Check:
     return check
 
 
+def braced(choices: tuple[str, ...]) -> str:
+    """`{a,b,c}`: how --help writes the placeholder of an option with a fixed set of values."""
+    return "{" + ",".join(choices) + "}"
+
+
 def hp(default: Any, help: str, check: Check | None = None, live: tuple[float, float] | None = None,
-       run_option: bool = False) -> Any:
+       run_option: bool = False, metavar: str | None = None) -> Any:
     """A config field. `live=(low, high)` makes it a dynamic hyperparameter, changeable while the
     run goes; `run_option` marks how/where to run rather than what to learn (allowed to differ
-    on `--resume`)."""
-    return field(default=default, metadata={"help": help, "check": check, "live": live, "run_option": run_option})
+    on `--resume`); `metavar` is its placeholder in --help when the type's (INT, FLOAT, …) says
+    too little. A field whose default is none says in `help` what none means (the command line
+    adds "(default: …)" for every other default)."""
+    return field(default=default, metadata={"help": help, "check": check, "live": live, "run_option": run_option,
+                                            "metavar": metavar})
 
 
 @dataclass
 class PPOConfig:
     # ---- the game ----
-    game: str = hp("Breakout", "ALE game name (Pong, Seaquest, …) or gymnasium id; always no frame-skip, no sticky actions", not_empty)
+    game: str = hp("Breakout", "ALE game name (Pong, Seaquest, …; any case) or gymnasium id; always no frame-skip, no sticky actions",
+                   not_empty, metavar="GAME")
     noop_max: int = hp(30, "up to this many random no-op frames after each reset (Mnih et al. 2015)", non_negative)
     fire_on_reset: bool = hp(True, "press FIRE after reset and after each lost life, so the agent cannot learn to stall")
     terminal_on_life_loss: bool = hp(True, "a lost life ends the learner's episode (Mnih et al. 2015); the game goes on")
@@ -99,16 +109,17 @@ class PPOConfig:
     envs_per_worker: int = hp(1, "games stepped by each worker process; envs = n_workers × envs_per_worker", positive)
     worker_steps: int = hp(128, "steps per env per rollout (ppo2 nsteps)", positive)
     backend: str = hp("local", "env workers: local (processes here), ray (Ray actors; pip install -e .[ray]) or serial (in the trainer's process)",
-                      one_of("local", "ray", "serial"), run_option=True)
-    ray_address: str | None = hp(None, "--backend ray: cluster to join (auto, HOST:PORT, ray://HOST:PORT); none = private local Ray", run_option=True)
+                      one_of(*BACKENDS), run_option=True, metavar=braced(BACKENDS))
+    ray_address: str | None = hp(None, "--backend ray: cluster to join: auto, HOST:PORT or ray://HOST:PORT (default: none, a private local Ray)",
+                                 run_option=True, metavar="ADDRESS")
     ray_cpus_per_worker: float = hp(1.0, "--backend ray: CPUs Ray reserves per env actor (fractions pack actors per core)", positive, run_option=True)
 
     # ---- optimisation ----
     total_env_steps: int = hp(10_000_000, "agent steps (not frames) over the run, as in the PPO paper's 10M", positive)
     stop_after_env_steps: int | None = hp(None, "end the run once this many agent steps are taken, the schedules still spanning "
-                                                "total_env_steps (a learning curve at a budget); none = run the whole schedule",
+                                                "total_env_steps (a learning curve at a budget) (default: none, the whole schedule)",
                                           optional_positive, run_option=True)
-    updates: int | None = hp(None, "number of updates; default total_env_steps // batch_size", optional_positive)
+    updates: int | None = hp(None, "number of updates (default: derived, total_env_steps // batch_size)", optional_positive)
     epochs: int = hp(4, "passes over each rollout (ppo2 noptepochs)", positive, live=(1, 32))
     minibatches: int = hp(4, "minibatches per epoch; must divide the batch (ppo2 nminibatches)", positive)
     gamma: float = hp(0.99, "discount factor", unit_interval)
@@ -118,27 +129,27 @@ class PPOConfig:
     clip_range: float = hp(0.1, "PPO clip ε at the start (paper: 0.1 × α for Atari)", non_negative, live=(0.0, 1.0))
     anneal_clip_range: bool = hp(True, "decay the clip range linearly to 0 over the run")
     clip_value_loss: bool = hp(True, "clip the value update around the old value (ppo2)")
-    value_clip_range: float | None = hp(None, "value clip ε: none = the policy's clip range, annealed with it (ppo2); "
-                                              "a number = fixed, never annealed (CleanRL: 0.1)", optional_non_negative)
+    value_clip_range: float | None = hp(None, "value clip ε, fixed, never annealed (CleanRL: 0.1) "
+                                              "(default: none, the policy's clip range, annealed with it, as ppo2)", optional_non_negative)
     value_coef: float = hp(0.5, "weight of the value loss", non_negative, live=(0.0, 10.0))
     entropy_coef: float = hp(0.01, "weight of the entropy bonus", non_negative, live=(0.0, 1.0))
     max_grad_norm: float = hp(0.5, "clip the global gradient norm to this", positive)
     adam_eps: float = hp(1e-5, "Adam ε (ppo2; PyTorch's 1e-8 default differs)", positive)
     normalize_advantages: bool = hp(True, "standardise advantages per minibatch")
-    target_kl: float | None = hp(None, "stop the epochs early once approximate KL exceeds this; none = never", optional_positive)
+    target_kl: float | None = hp(None, "stop the epochs early once approximate KL exceeds this (default: none, never)", optional_positive)
 
     # ---- the run ----
     seed: int = hp(0, "run seed: derives every env seed and the trainer's numpy/torch seeds", non_negative)
-    device: str = hp("auto", "auto (CUDA when present), cpu, cuda or cuda:N", device_name, run_option=True)
+    device: str = hp("auto", "auto (CUDA when present), cpu, cuda or cuda:N", device_name, run_option=True, metavar="DEVICE")
     torch_threads: int = hp(0, "trainer's torch threads for optimisation; 0 = one per core", non_negative, run_option=True)
     sample_threads: int = hp(1, "torch threads for inference while sampling (a batch of n_envs is too small to split)", positive, run_option=True)
     overlap_sampling: bool = hp(True, "step half the workers while the network acts for the other half (needs ≥ 2 workers)", run_option=True)
-    precision: str = hp("auto", "the network's arithmetic: fp32; bf16 = bfloat16 autocast of forward and backward (fp32 "
-                                "weights, Adam, losses, advantages), on CPUs with AVX512-BF16/AMX and on CUDA; auto = fp32 "
-                                "until bf16 is shown to learn the same (docs/precision.md)", precision_name, run_option=True)
+    precision: str = hp("auto", "the network's arithmetic: fp32, or bf16 autocast of forward and backward (weights and Adam "
+                                "stay fp32; CPUs with AVX512-BF16/AMX, CUDA); auto = fp32 until bf16 is shown to learn the "
+                                "same (docs/precision.md)", precision_name, run_option=True, metavar=braced(PRECISIONS))
     channels_last: bool = hp(True, "NHWC convolutions: same results, faster on CPU (oneDNN) and on tensor cores", run_option=True)
-    name: str = hp("breakout", "labml experiment name (a folder under data_dir)", folder_name)
-    data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", not_empty, run_option=True)
+    name: str = hp("breakout", "labml experiment name (a folder under data_dir)", folder_name, metavar="NAME")
+    data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", not_empty, run_option=True, metavar="DIR")
     checkpoint_every: int = hp(50, "checkpoint every this many updates (and always at the end); 0 = only at the end", non_negative, run_option=True)
     score_window: int = hp(100, "games averaged for the reported score (the Atari convention: last 100)", positive)
     max_worker_restarts: int = hp(3, "a worker that fails more often than this within restart_window updates stops the run", non_negative, run_option=True)
@@ -146,7 +157,8 @@ class PPOConfig:
     skip_nonfinite: bool = hp(False, "on a NaN/inf loss skip that minibatch and count it, instead of stopping the run", run_option=True)
     worker_timeout: float = hp(60.0, "seconds a worker may take to answer before it is declared hung", positive, run_option=True)
     eval_video_every: int = hp(0, "film one game to run_dir/videos/update_NNNNNN.mp4 every this many updates; 0 = never", non_negative, run_option=True)
-    dashboard: str | None = hp(None, "labml dashboard to send the run to: http://127.0.0.1:5005 (or a full app_url …/api/v1/default)", run_option=True)
+    dashboard: str | None = hp(None, "labml dashboard to send the run to: http://127.0.0.1:5005 (or a full app_url …/api/v1/default) "
+                                     "(default: none, not sent)", run_option=True, metavar="URL")
 
     # ---- derived sizes: computed once, after validation ----
     @property
@@ -182,6 +194,32 @@ class PPOConfig:
         if unknown:
             raise ConfigError(unknown[0], values[unknown[0]], f"one of the options in --help (unknown name {unknown[0]!r})")
         return cls(**values)
+
+
+# ---- how --help groups the fields: section title → its fields, shown in this order ----------------
+# Every field is in exactly one section (`section_of` raises for one left out, so a new field
+# cannot silently miss the command line).
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "the game and its preprocessing": ("game", "noop_max", "fire_on_reset", "terminal_on_life_loss", "reset_stack_on_life_loss",
+                                       "clip_rewards", "frame_skip", "frame_stack", "max_episode_frames"),
+    "batch and schedule": ("n_workers", "envs_per_worker", "worker_steps", "total_env_steps", "stop_after_env_steps", "updates",
+                           "epochs", "minibatches"),
+    "PPO losses and optimiser": ("gamma", "gae_lambda", "learning_rate", "anneal_learning_rate", "clip_range", "anneal_clip_range",
+                                 "clip_value_loss", "value_clip_range", "value_coef", "entropy_coef", "max_grad_norm", "adam_eps",
+                                 "normalize_advantages", "target_kl"),
+    "where and how it computes (run options)": ("backend", "ray_address", "ray_cpus_per_worker", "device", "torch_threads",
+                                                "sample_threads", "overlap_sampling", "precision", "channels_last"),
+    "the run: seed, output, dashboard": ("seed", "name", "data_dir", "checkpoint_every", "score_window", "eval_video_every", "dashboard"),
+    "faults": ("max_worker_restarts", "restart_window", "skip_nonfinite", "worker_timeout"),
+}
+
+
+def section_of(name: str) -> str:
+    """The --help section of the field `name`."""
+    for title, names in SECTIONS.items():
+        if name in names:
+            return title
+    raise KeyError(f"{name}: a config field that no section of configs.ppo.SECTIONS lists")
 
 
 class ConfigError(ValueError):

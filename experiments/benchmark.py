@@ -42,7 +42,7 @@ from torch import nn
 from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import PPOConfig
 from experiments.run import process_table
-from game.atari import gym_id, is_known_game
+from game.atari import canonical_game, gym_id
 from game.vector import EnvPool, game_specs, make_pool
 from ppo.devices import resolve_device, resolve_precision
 from ppo.losses import ppo_loss
@@ -398,16 +398,16 @@ def format_table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     def extra(parser: OneLineParser) -> None:
         group = parser.add_argument_group("benchmark")
         group.add_argument("--duration", type=float, default=10.0, metavar="SECONDS",
-                           help="seconds timed per measurement, after its warm-up")
-        group.add_argument("--warmup-updates", "--warmup_updates", dest="warmup_updates", type=int, default=1,
-                           metavar="N", help="whole updates run before the trainer's phases are timed")
+                           help="seconds timed per measurement, after its warm-up (default: 10)")
+        group.add_argument("--warmup-updates", type=int, default=1, metavar="N",
+                           help="whole updates run before the trainer's phases are timed (default: 1)")
 
     description = "Measure env, network and training-loop speed against this machine's limits."
-    config, args, _ = parse_config(argv, PROG, description, extra, is_known_game)
+    config, args, _ = parse_config(argv, prog, description, extra, canonical_game)
     if not (math.isfinite(args.duration) and args.duration > 0):
         fail(f"--duration {args.duration}: expected a finite number > 0")
     if args.warmup_updates < 0:

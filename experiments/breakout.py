@@ -13,16 +13,17 @@ from configs.cli import OneLineParser, fail, parse_config
 from configs.ppo import ConfigError
 from experiments.run.console import say
 from experiments.run.lifecycle import TrainingRun, check_can_start, resume_config
-from game.atari import is_known_game
+from game.atari import canonical_game
 from ppo.checkpoint import CheckpointError
 
+PROG = "python -m experiments.breakout"
 
-def main(argv: Sequence[str] | None = None) -> int:
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     def extra(parser: OneLineParser) -> None:
         parser.add_argument("--resume", metavar="RUN_UUID", help="continue this run from its last checkpoint")
 
-    config, args, overrides = parse_config(argv, "python -m experiments.breakout",
-                                           "Train a PPO agent on Atari Breakout as a labml experiment.", extra, is_known_game)
+    config, args, overrides = parse_config(argv, prog, "Train a PPO agent on Atari Breakout as a labml experiment.", extra, canonical_game)
     resume = None
     try:
         if args.resume is not None:

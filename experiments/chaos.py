@@ -11,7 +11,6 @@ After both, no process of any run may be left alive. The last line printed is a 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -26,7 +25,7 @@ from typing import Any
 
 import torch
 
-from configs.cli import OneLineParser, fail
+from configs.cli import OneLineParser, docstring_help, fail
 from experiments.run import process_table
 from ppo.checkpoint import load_checkpoint
 
@@ -130,14 +129,17 @@ def same_parameters(a: Path, b: Path) -> bool:
     return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m experiments.chaos", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--updates", type=int, default=12, help="updates per run")
-    parser.add_argument("--interruptions", type=int, default=2, help="SIGTERM + resume cycles per leg")
-    parser.add_argument("--kills", type=int, default=3, help="workers SIGKILLed in the second leg")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the runs and the chaos")
-    parser.add_argument("--data-dir", default=None, help="where the runs go (default: a temporary folder)")
+PROG = "python -m experiments.chaos"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    description, epilog = docstring_help(__doc__)  # the docstring is Markdown; --help prints it plain
+    parser = OneLineParser(prog=prog, description=description, epilog=epilog)
+    parser.add_argument("--updates", type=int, default=12, metavar="INT", help="updates per run (default: 12)")
+    parser.add_argument("--interruptions", type=int, default=2, metavar="INT", help="SIGTERM + resume cycles per leg (default: 2)")
+    parser.add_argument("--kills", type=int, default=3, metavar="INT", help="workers SIGKILLed in the second leg (default: 3)")
+    parser.add_argument("--seed", type=int, default=0, metavar="INT", help="seeds the runs and the chaos (default: 0)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR", help="where the runs go (default: a temporary folder)")
     args = parser.parse_args(argv)
     for name in ("updates", "interruptions", "kills"):
         if getattr(args, name) < (1 if name == "updates" else 0):

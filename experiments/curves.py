@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from configs.cli import OneLineParser, fail
+from configs.cli import OneLineParser, docstring_help, fail
 from experiments.run.games_csv import GameRow, read_games
 
 DEFAULT_BUDGETS = (100_000, 250_000, 500_000, 1_000_000)
@@ -164,14 +164,19 @@ def parse_runs(specs: Sequence[str]) -> dict[str, list[Path]]:
     return groups
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m experiments.curves", description=__doc__.splitlines()[0] if __doc__ else None)
+PROG = "python -m experiments.curves"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    parser = OneLineParser(prog=prog, description=docstring_help(__doc__)[0],
+                           epilog="Other options (--n-workers, --learning-rate, …) are passed on to every training run.")
     parser.add_argument("--runs", action="append", default=[], metavar="LABEL=DIR",
                         help="read existing runs instead of training: every games.csv under DIR is one seed of LABEL (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], metavar="INT", help="seeds to train (default: 1 2 3)")
     parser.add_argument("--total-env-steps", type=int, default=1_000_000, metavar="INT", help="the schedule's length (default: 1000000)")
     parser.add_argument("--budget", type=int, default=500_000, metavar="INT", help="agent steps each seed is trained for (default: 500000)")
-    parser.add_argument("--peer", choices=["none", "sb3"], default="none", help="also train SB3 PPO, rl-zoo Atari settings (pip install -e .[compare])")
+    parser.add_argument("--peer", choices=["none", "sb3"], default="none",
+                        help="also train SB3 PPO, rl-zoo Atari settings (pip install -e .[compare]) (default: none)")
     parser.add_argument("--window", type=int, default=100, metavar="INT", help="games averaged for a score (default: 100)")
     parser.add_argument("--grid", type=int, default=10_000, metavar="INT", help="agent steps between curve points (default: 10000)")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS), metavar="INT", help="rows of the table")

@@ -14,7 +14,7 @@ import socket
 import sys
 from pathlib import Path
 
-from configs.cli import OneLineParser
+from configs.cli import OneLineParser, docstring_help
 from dashboard.assets import default_cache_dir
 from dashboard.guard import normalize_host_name
 
@@ -34,11 +34,14 @@ def _port(value: str) -> int:
     return port
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(name_in_errors=True, prog="dashboard", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", default="5005", help="port to listen on, 1-65535 (default: 5005)")
-    parser.add_argument("--data", default=str(default_data_dir()),
+PROG = "python -m experiments.dashboard"
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    parser = OneLineParser(name_in_errors=True, prog=prog, description=docstring_help(__doc__)[0])
+    parser.add_argument("--host", default="127.0.0.1", metavar="ADDRESS", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", default="5005", metavar="PORT", help="port to listen on, 1-65535 (default: 5005)")
+    parser.add_argument("--data", default=str(default_data_dir()), metavar="DIR",
                         help="folder for the store, the lock and pending hyperparameter changes "
                              "(default: $XDG_DATA_HOME/labml-dashboard, i.e. ~/.local/share/labml-dashboard)")
     parser.add_argument("--mongo", metavar="URL", default=None,

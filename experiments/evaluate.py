@@ -129,16 +129,19 @@ def resolve_checkpoint(run: str | None, checkpoint: str | None,
     return path, state, run if run is not None else uuid
 
 
-def build_parser() -> OneLineParser:
+PROG = "python -m experiments.evaluate"
+
+
+def build_parser(prog: str = PROG) -> OneLineParser:
     parser = OneLineParser(
-        prog="python -m experiments.evaluate", allow_abbrev=False,
+        prog=prog,
         description="Play whole games with a trained PPO policy: full-game scores, mean ± std, "
                     "and an MP4 of the first game.",
     )
     parser.add_argument("--run", metavar="RUN_UUID",
                         help="the run to evaluate: its last checkpoint, or the --checkpoint given (then from this run)")
     parser.add_argument("--checkpoint", metavar="PATH", help="a checkpoint file to evaluate (alone, or with --run)")
-    parser.add_argument("--data-dir", "--data_dir", dest="data_dir", metavar="DIR", default="runs",
+    parser.add_argument("--data-dir", metavar="DIR", default="runs",
                         help="folder that holds the runs (default: runs)")
     parser.add_argument("--games", metavar="N", default="10", help="whole games (all lives) to play (default: 10)")
     parser.add_argument("--video", metavar="PATH.mp4", default=None,
@@ -156,14 +159,14 @@ def build_parser() -> OneLineParser:
                         help="seeds the games' no-op starts and the action draws (default: 0)")
     parser.add_argument("--device", metavar="DEVICE", default="auto",
                         help="auto (CUDA when present; the default), cpu, cuda or cuda:N")
-    parser.add_argument("--max-steps", "--max_steps", dest="max_steps", metavar="N", default=None,
+    parser.add_argument("--max-steps", metavar="N", default=None,
                         help="stop a game after N agent steps and flag it truncated "
                              "(default: none, only the run's own max_episode_frames cap)")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
     games = _int("--games", args.games, 1)
     seed = _int("--seed", args.seed, 0)
     assert games is not None and seed is not None  # both have defaults, so never none

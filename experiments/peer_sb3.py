@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from configs.cli import OneLineParser, fail
+from configs.cli import OneLineParser, docstring_help, fail
 from experiments.run.games_csv import GamesCsv
 
 ENV_ID = "BreakoutNoFrameskip-v4"
@@ -79,10 +79,13 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m experiments.peer_sb3", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--seed", type=int, default=1, metavar="INT")
-    parser.add_argument("--total-env-steps", type=int, default=1_000_000, metavar="INT", help="the schedule's length")
+PROG = "python -m experiments.peer_sb3"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    parser = OneLineParser(prog=prog, description=docstring_help(__doc__)[0])
+    parser.add_argument("--seed", type=int, default=1, metavar="INT", help="seeds SB3 and its envs (default: 1)")
+    parser.add_argument("--total-env-steps", type=int, default=1_000_000, metavar="INT", help="the schedule's length (default: 1000000)")
     parser.add_argument("--stop-after-env-steps", type=int, default=None, metavar="INT", help="end at this budget (default: the schedule's end)")
     parser.add_argument("--run-dir", required=True, metavar="DIR", help="where games.csv goes")
     args: argparse.Namespace = parser.parse_args(argv)

@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args, value_converter
+from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args, spell_game, value_converter
 from configs.ppo import ConfigError, PPOConfig, config_fields
-from game.atari import is_known_game
+from game.atari import canonical_game, is_known_game
 
 PROG = "python -m experiments.sweep"
 REPO = Path(__file__).resolve().parents[1]
@@ -293,7 +293,7 @@ def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], P
     address = overrides.pop("ray_address", None)  # the sweep's cluster; trials use the sweep's connection
     if "ray_address" in fixed_from_file or "ray_address" in space.grid or "ray_address" in space.random:
         raise SweepError("ray_address is the sweep's cluster (--ray-address), not a trial setting")
-    fixed = {**fixed_from_file, **overrides}
+    fixed = spell_game({**fixed_from_file, **overrides}, canonical_game)  # `--game pong` → Pong
     if args.workers_per_trial is not None:
         fixed["n_workers"] = args.workers_per_trial
     base = config_from_overrides(fixed, game_exists=is_known_game)  # the fixed part alone must be valid
@@ -319,8 +319,8 @@ def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], P
     return space, fixed, base, trials, cpus, address
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser: OneLineParser = build_parser(PROG, "Grid or random search over PPO hyperparameters, each trial a labml run, on Ray. "
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    parser: OneLineParser = build_parser(prog, "Grid or random search over PPO hyperparameters, each trial a labml run, on Ray. "
                                                "Hyperparameter options below are fixed for every trial; "
                                                "--ray-address is the cluster the sweep runs on.")
     group = parser.add_argument_group("sweep")
@@ -328,16 +328,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument("--random", action="append", default=[], metavar="NAME=DIST",
                        help="draw from uniform:LOW:HIGH, loguniform:LOW:HIGH, randint:LOW:HIGH or choice:A,B,… (repeatable)")
     group.add_argument("--samples", type=int, metavar="N", help="random draws per grid point (default 1, or the file's)")
-    group.add_argument("--sweep-seed", "--sweep_seed", dest="sweep_seed", type=int, metavar="S", help="seed of the random draws (default 0)")
+    group.add_argument("--sweep-seed", type=int, metavar="S", help="seed of the random draws (default 0)")
     group.add_argument("--config", metavar="FILE.yaml", help="grid/random/samples/seed/fixed from a YAML file; the command line adds to it")
-    group.add_argument("--cpus-per-trial", "--cpus_per_trial", dest="cpus_per_trial", type=float, metavar="C",
+    group.add_argument("--cpus-per-trial", type=float, metavar="C",
                        help="CPUs Ray reserves for each trial (default: its workers + 1, the trainer)")
-    group.add_argument("--workers-per-trial", "--workers_per_trial", dest="workers_per_trial", type=int, metavar="N",
+    group.add_argument("--workers-per-trial", type=int, metavar="N",
                        help="env workers of each trial, i.e. its --n-workers (default: --n-workers)")
-    group.add_argument("--max-concurrent", "--max_concurrent", dest="max_concurrent", type=int, metavar="K",
+    group.add_argument("--max-concurrent", type=int, metavar="K",
                        help="run at most K trials at once (default: as many as the cluster's CPUs allow)")
-    group.add_argument("--max-retries", "--max_retries", dest="max_retries", type=int, default=1, metavar="N",
-                       help="re-run a trial whose process or node died up to N times (it resumes from its checkpoint)")
+    group.add_argument("--max-retries", type=int, default=1, metavar="N",
+                       help="re-run a trial whose process or node died up to N times (it resumes from its checkpoint) (default: 1)")
     group.add_argument("--csv", metavar="PATH", help="where the results table goes (default <data_dir>/<name>/sweep-<time>.csv)")
     args = parser.parse_args(argv)
     try:

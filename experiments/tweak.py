@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import urllib.parse
 
-from configs.cli import OneLineParser
+from configs.cli import OneLineParser, docstring_help
 from dashboard.client import DEFAULT_DASHBOARD_URL, DashboardError, get_hyperparams, set_hyperparams
 
 Number = int | float
@@ -36,8 +36,12 @@ def parse_assignment(text: str) -> tuple[str, Number]:
     return key, value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(name_in_errors=True, prog="tweak", description=__doc__.split("\n\n")[0])
+PROG = "python -m experiments.tweak"
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    description, examples = docstring_help(__doc__)
+    parser = OneLineParser(name_in_errors=True, prog=prog, description=description, epilog=examples)
     parser.add_argument("run_uuid", metavar="RUN_UUID", help="the run, as printed by labml and the dashboard")
     parser.add_argument("changes", metavar="NAME=VALUE", nargs="*", help="new values; none lists the current ones")
     parser.add_argument("--dashboard", metavar="URL", default=DEFAULT_DASHBOARD_URL,

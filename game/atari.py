@@ -100,6 +100,17 @@ def is_known_game(game: str) -> bool:
     return spec.entry_point == "ale_py.env:AtariEnv"
 
 
+def canonical_game(game: str) -> str | None:
+    """`game` spelled as the ALE spells it, whatever its case (`pong` → `Pong`, `ale/pong-v5` →
+    `ALE/Pong-v5`), or None when no ALE game has that name. A short name stays short: it is what
+    the config, checkpoints and games.csv hold."""
+    wanted = gym_id(game).lower()
+    for env_id, spec in gym.registry.items():
+        if env_id.lower() == wanted and spec.entry_point == "ale_py.env:AtariEnv":
+            return env_id if gym_id(game) == game else env_id.removeprefix("ALE/").removesuffix("-v5")
+    return None
+
+
 class Game:
     """One emulator, stepped one agent action at a time.
 

@@ -1,0 +1,194 @@
+"""The command line as a user meets it: --help, --version, misspelt options, game names, and the
+`breakout-ppo` / `python -m experiments` dispatcher. Through the real commands in subprocesses,
+with in-process checks only where a value has to be looked at inside."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from configs.cli import parse_config
+from configs.ppo import SECTIONS, config_fields
+from configs.version import VERSION
+from experiments.commands import COMMANDS
+from game.atari import canonical_game
+from ppo.checkpoint import load_checkpoint
+from tests.conftest import REPO
+from tests.test_experiment import summary_of
+
+ENTRY_POINTS = ["breakout", "evaluate", "dashboard", "tweak", "benchmark", "chaos", "sweep", "curves", "peer_sb3"]
+UNDERSCORED = [f.name for f in config_fields() if "_" in f.name]
+
+
+def option_entries(help_text: str) -> dict[str, str]:
+    """`--name` → its whole entry in --help (the option line and its wrapped help), one line."""
+    entries: dict[str, str] = {}
+    current = None
+    for line in help_text.splitlines():
+        if match := re.match(r"  (--[a-z][a-z0-9-]*)", line):
+            current = match.group(1)
+            entries[current] = line.strip()
+        elif current and line.startswith("   "):
+            entries[current] += " " + line.strip()
+        else:
+            current = None
+    return entries
+
+
+def test_training_help_shows_each_option_once_with_a_typed_placeholder(cli, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # the line count below is for an 80-column terminal
+    result = cli.run("experiments.breakout", "--help")
+    assert result.returncode == 0 and result.stderr == ""
+    lines = result.stdout.splitlines()
+    # Before: 203 lines (a 48-line usage, most options twice, every placeholder VALUE).
+    assert len(lines) < 160, len(lines)
+    assert lines[0] == "usage: python -m experiments.breakout [-h] [--version] [--OPTION VALUE ...]"
+    entries = option_entries(result.stdout)
+    for f in config_fields():
+        dashed = "--" + f.name.replace("_", "-")
+        assert len(re.findall(rf"^  {dashed}\b(?!-)", result.stdout, re.M)) == 1, dashed
+    for name in UNDERSCORED:  # still accepted (below), never shown
+        assert f"--{name}" not in result.stdout
+    assert "VALUE" not in "".join(entries.values())
+    for option, placeholder in [("--seed", "INT"), ("--learning-rate", "FLOAT"), ("--clip-rewards", "{true,false}"),
+                                ("--precision", "{auto,fp32,bf16}"), ("--backend", "{local,ray,serial}"),
+                                ("--game", "GAME"), ("--data-dir", "DIR"), ("--dashboard", "URL")]:
+        assert entries[option].startswith(f"{option} {placeholder} "), entries[option]
+
+
+def test_training_help_names_each_default_once_as_it_is_typed(cli) -> None:
+    help_text = cli.run("experiments.breakout", "--help").stdout
+    entries = option_entries(help_text)
+    assert "(default: None)" not in help_text and "None" not in help_text
+    for option, entry in entries.items():
+        assert entry.count("(default") <= 1, entry
+        assert option in ("--help", "--version", "--resume") or "(default: " in entry, entry
+    assert entries["--clip-rewards"].endswith("(default: true)")
+    assert entries["--skip-nonfinite"].endswith("(default: false)")
+    assert entries["--n-workers"].endswith("(default: 8)")
+    assert entries["--target-kl"].endswith("(default: none, never)")
+    assert entries["--updates"].endswith("(default: derived, total_env_steps // batch_size)")
+    # Sections from configs.ppo.SECTIONS, in that order.
+    headings = [line[:-1] for line in help_text.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert headings[1:] == list(SECTIONS)  # after argparse's own "options" ("optional arguments" before 3.10)
+
+
+def test_every_field_is_in_exactly_one_help_section() -> None:
+    listed = [name for names in SECTIONS.values() for name in names]
+    assert sorted(listed) == sorted(f.name for f in config_fields())
+
+
+def test_a_misspelt_option_is_one_line_with_a_suggestion(cli) -> None:
+    result = cli.run("experiments.breakout", "--lr", "1e-3")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == "error: unrecognized arguments: --lr 1e-3; did you mean --learning-rate?\n"
+    assert cli.leftovers() == []
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("--learning-rat", "--learning-rate"),  # the nearest by letters
+    ("--ent-coef", "--entropy-coef"),  # what SB3 calls it
+    ("--n_worker", "--n-workers"),
+    ("--lr=1e-3", "--learning-rate"),
+])
+def test_suggestions(typed: str, meant: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config([typed, "1"], "prog", "description")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith(f"; did you mean {meant}?"), err
+
+
+def test_nothing_is_suggested_when_nothing_is_near(capsys) -> None:
+    with pytest.raises(SystemExit):
+        parse_config(["--zzzz"], "prog", "description")
+    assert capsys.readouterr().err == "error: unrecognized arguments: --zzzz\n"
+
+
+def test_underscore_spellings_are_still_accepted(cli) -> None:
+    config, _, overrides = parse_config(["--learning_rate", "1e-3", "--n_workers=2", "--anneal_clip_range", "no"], "prog", "d")
+    assert (config.learning_rate, config.n_workers, config.anneal_clip_range) == (1e-3, 2, False)
+    assert overrides == {"learning_rate": 1e-3, "n_workers": 2, "anneal_clip_range": False}
+    # Through the real command: the underscore option is taken, and the check after it speaks.
+    result = cli.run("experiments.breakout", "--learning_rate", "1e-3", "--minibatches", "3")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: --minibatches 3: expected a divisor of the batch size 1024"), result.stderr
+
+
+def test_game_names_are_case_insensitive(cli) -> None:
+    assert (canonical_game("pong"), canonical_game("BREAKOUT"), canonical_game("ale/pong-v5")) == ("Pong", "Breakout", "ALE/Pong-v5")
+    assert canonical_game("pongg") is None
+    config, _, overrides = parse_config(["--game", "pong"], "prog", "d", canonical_game=canonical_game)
+    assert config.game == "Pong" and overrides["game"] == "Pong"  # what the checkpoint and a --resume compare
+    # The real command takes it (the batch check after the game's speaks) and still refuses a non-game.
+    taken = cli.run("experiments.breakout", "--game", "pong", "--minibatches", "3")
+    assert taken.returncode == 2 and taken.stderr.startswith("error: --minibatches 3:"), taken.stderr
+    refused = cli.run("experiments.breakout", "--game", "pongg", "--minibatches", "3")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --game pongg: expected an ALE game"), refused.stderr
+
+
+@pytest.mark.slow
+def test_a_run_given_a_lowercase_game_records_the_canonical_name(cli, tmp_path: Path) -> None:
+    result = cli.run("experiments", "train", "--game", "pong", "--updates", "1", "--n-workers", "2", "--worker-steps", "16",
+                     "--minibatches", "2", "--epochs", "1", "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = summary_of(result.stdout)
+    assert load_checkpoint(Path(summary["checkpoint"]))["config"]["game"] == "Pong"
+    assert Path(summary["run_dir"]).parent == tmp_path / "breakout"  # the run's folder is named by --name, never the game
+    assert cli.leftovers() == []
+
+
+@pytest.mark.parametrize("module", [*ENTRY_POINTS, "experiments"])
+def test_every_entry_point_has_version_and_names_itself_in_usage(cli, module: str) -> None:
+    module = module if module == "experiments" else f"experiments.{module}"
+    version = cli.run(module, "--version")
+    assert version.returncode == 0 and version.stdout == f"breakout-ppo {VERSION}\n", version
+    usage = cli.run(module, "--help")
+    assert usage.returncode == 0 and usage.stdout.startswith(f"usage: python -m {module} ["), usage.stdout[:200]
+    assert "--version" in usage.stdout
+
+
+def test_chaos_help_is_plain_text(cli) -> None:
+    result = cli.run("experiments.chaos", "--help")
+    assert result.returncode == 0
+    assert not re.search(r"```|`|\*\*|^\s*#", result.stdout, re.M), result.stdout
+    assert "1. interrupt and resume: SIGTERM mid-run" in result.stdout  # the list is kept as a list
+
+
+def test_the_dispatcher_lists_its_commands_and_forwards_their_arguments(cli) -> None:
+    listing = cli.run("experiments", "--help")
+    assert listing.returncode == 0
+    for name, command in COMMANDS.items():
+        assert re.search(rf"^  {name} +{re.escape(command.summary)}$", listing.stdout, re.M), name
+    # A command's own help, under the dispatcher's name for it.
+    train_help = cli.run("experiments", "train", "--help")
+    assert train_help.stdout.startswith("usage: python -m experiments train [-h] [--version] [--OPTION VALUE ...]")
+    # Its arguments reach the command: the same one-line refusal as `python -m experiments.breakout`.
+    bad = cli.run("experiments", "train", "--worker-steps", "-5")
+    assert bad.returncode == 2 and bad.stderr == "error: --worker-steps -5: expected a number > 0\n"
+    named = cli.run("experiments", "dashboard", "--port", "http")
+    assert named.returncode == 2
+    assert named.stderr == "python -m experiments dashboard: error: --port 'http': expected an integer from 1 to 65535\n"
+    unknown = cli.run("experiments", "trian")
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "invalid choice: 'trian'" in unknown.stderr
+    assert cli.leftovers() == []
+
+
+def test_the_console_script(cli) -> None:
+    """`breakout-ppo`, as `pip install -e .` puts it beside the interpreter (CI installs it)."""
+    script = Path(sys.executable).parent / "breakout-ppo"
+    assert script.is_file(), f"{script} is missing: `pip install -e .` installs the console script"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(script), *args], cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=300)
+
+    assert run("--version").stdout == f"breakout-ppo {VERSION}\n"
+    assert all(f"\n  {name} " in run("--help").stdout for name in COMMANDS)
+    train_help = run("train", "--help")
+    assert train_help.returncode == 0 and train_help.stdout.startswith("usage: breakout-ppo train [-h]")
+    tweak = run("tweak", "--help")
+    assert tweak.returncode == 0 and tweak.stdout.startswith("usage: breakout-ppo tweak [-h]")
