@@ -34,7 +34,12 @@ TINY = ["--n-workers", "2", "--worker-steps", "32", "--minibatches", "2", "--epo
         "--max-episode-frames", "200", "--updates", "100000"]
 CHANGED = {"n_workers": "2", "worker_steps": "32", "minibatches": "2", "max_episode_frames": "200",
            "updates": "100,000", "anneal_learning_rate": "false"}  # as the card writes them
-needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
+
+
+def needs_chromium(test: Any) -> Any:
+    """A browser test (`-m browser`), skipped where Debian's chromium is absent."""
+    return pytest.mark.browser(pytest.mark.skipif(not CHROMIUM.exists(),
+                                                  reason="needs Debian chromium (apt-get install chromium)")(test))
 
 
 def metric_names(dashboard: Dashboard, run_uuid: str) -> set[str]:
@@ -128,6 +133,7 @@ def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashb
 
 # ---- item 6: interrupted and faulted runs say so, in labml's record and on the dashboard -----------
 
+@pytest.mark.browser
 def test_an_interrupted_and_a_faulted_run_show_their_status(dashboard: Dashboard, breakout_run: dict[str, Any],
                                                             faulted_run: dict[str, Any], tmp_path: Path) -> None:
     assert run_log(breakout_run["run_dir"])["status"] == "interrupted"
