@@ -201,8 +201,16 @@ def test_run_page_charts_the_score_and_lists_set_options_and_live_values(
         process_buttons = browser.evaluate("[...document.querySelectorAll('.process-row')]"
                                            ".map(r => getComputedStyle(r).display)")
         save_screenshot(browser, tmp_path, "dashboard.png")
+        # One click on the card: the metrics page, every series there to pick from.
+        browser.evaluate(f"{card.format('Metrics')}.click()")
+        listed = browser.wait_until(f"location.pathname === '/run/{run_uuid}/metrics'"
+                                    " && document.querySelectorAll('.sparkline-list-item .title').length > 5", PAGE_LIMIT_S)
+        one_click_away = set(browser.evaluate("[...document.querySelectorAll('.sparkline-list-item .title')]"
+                                              ".map(t => t.textContent)"))
     assert drawn, "the run page never drew its Metrics and Configurations cards"
-    assert charted == ["score_mean_100"]  # the other series are on the metrics page, one click away
+    assert charted == ["score_mean_100"]
+    assert listed and {"score_mean_100", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+                       "explained_variance", "learning_rate", "clip_range"} <= one_click_away, one_click_away
     assert {k: configs.get(k) for k in CHANGED} == CHANGED  # what differs from the defaults
     assert configs["learning_rate"] == "0.001 (live)"  # the live value, not the declared 0.00025
     assert configs["clip_range"] == "0.1 (live)"
