@@ -5,6 +5,10 @@ On top of the stock app this:
 - claims new runs, so they show up under "Runs" instead of expiring;
 - hands pending live-hyperparameter changes to runs with their `/track` responses;
 - serves the CDN libraries from a local cache (see `assets`);
+- shows runs as a training run needs (see `run_display`): named by game with a short uuid, the
+  latest score and the real status in the list; the score as the run page's chart; the options
+  the run set and its live values in the Configurations card; no Process/Computer buttons (the
+  computer monitoring behind them is not served);
 - replaces the static-file route, which served any file on the machine through an
   encoded `..` (``/..%2f..%2fetc%2fhostname``), with one confined to its folder;
 - answers only for the host names it is served under, refuses cross-site writes and
@@ -34,9 +38,15 @@ from fastapi import FastAPI
 
 from dashboard.assets import VendorAssets, vendor_folders
 from dashboard.guard import RequestGuard, allowed_host_names
-from dashboard.handlers import DashboardHandlers
+from dashboard.handlers import OWN_STATIC, DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
-from dashboard.labml_app_patches import drop_stock_error_middleware, load_labml_app, replace_stock_routes, trust_only_origin
+from dashboard.labml_app_patches import (
+    drop_stock_error_middleware,
+    load_labml_app,
+    present_runs,
+    replace_stock_routes,
+    trust_only_origin,
+)
 from dashboard.stock_api import check_stock_routes
 from dashboard.usage import MAX_RUN_BYTES, RunUsage
 from dashboard.videos import video_routes
@@ -64,9 +74,11 @@ class DashboardSettings:
 def create_app(settings: DashboardSettings) -> FastAPI:
     flask_app = load_labml_app(settings.host, settings.port, settings.data_dir / "store", settings.mongo_url)
     static_root = Path(flask_app.STATIC_PATH)
-    handlers = DashboardHandlers(HyperParamStore(settings.data_dir / "hyperparams.json"),
-                                 RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes), static_root,
-                                 vendor_folders(settings.assets), build_index(static_root, settings.assets))
+    hp_store = HyperParamStore(settings.data_dir / "hyperparams.json")
+    handlers = DashboardHandlers(hp_store, RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes),
+                                 static_root, vendor_folders(settings.assets), build_index(static_root, settings.assets),
+                                 settings.assets.rewrite_index((OWN_STATIC / "hyperparams.html").read_text("utf-8")))
+    present_runs(hp_store)
     check_stock_routes(flask_app.app)
     replace_stock_routes(flask_app, first=[*handlers.routes(), *video_routes(settings.runs_dir)],
                          last=handlers.catch_all_routes())
@@ -80,10 +92,12 @@ def create_app(settings: DashboardSettings) -> FastAPI:
 
 
 def build_index(static_root: Path, assets: VendorAssets) -> str:
-    """labml-app's page with local library links, the asset errors and our run-page scripts."""
+    """labml-app's page with local library links, the asset errors, our run-page scripts and our
+    few style rules."""
     html = assets.rewrite_index((static_root / "index.html").read_text("utf-8"))
     errors = json.dumps(assets.errors).replace("</", "<\\/")
     extra = (f"<script>window.DASHBOARD_ASSET_ERRORS = {errors};</script>\n"
              '    <script src="/_dashboard/run-link.js" defer></script>\n'
-             '    <script src="/_dashboard/run-video.js" defer></script>\n')
+             '    <script src="/_dashboard/run-video.js" defer></script>\n'
+             '    <link href="/_dashboard/app.css" rel="stylesheet">\n')
     return html.replace("</head>", extra + "</head>", 1)

@@ -25,6 +25,7 @@ from dashboard.hyperparams import (
     reported_values,
     validate_changes,
 )
+from dashboard.run_display import initial_selected_configs
 from dashboard.usage import RunUsage
 from dashboard.web import BadRequest, json_endpoint
 
@@ -38,16 +39,18 @@ class DashboardHandlers:
     """What the dashboard answers itself: labml's `/track`, live hyperparameters, and files.
 
     `usage` caps what each run stores, `static_root` is labml-app's front-end folder, `vendor`
-    the local copies of its CDN libraries by package, `index_html` its page with those links rewritten.
+    the local copies of its CDN libraries by package, `index_html` its page with those links
+    rewritten, `hyperparams_html` the live-hyperparameter page with the same links.
     """
 
     def __init__(self, hp_store: HyperParamStore, usage: RunUsage, static_root: Path, vendor: dict[str, Path],
-                 index_html: str) -> None:
+                 index_html: str, hyperparams_html: str) -> None:
         self.hp_store = hp_store
         self.usage = usage
         self.static_root = static_root
         self.vendor = vendor
         self.index_html = index_html
+        self.hyperparams_html = hyperparams_html
 
     def routes(self) -> list[Route]:
         """Routes that go before labml-app's own (the first replaces its `/track`)."""
@@ -76,7 +79,7 @@ class DashboardHandlers:
         packets = check_packets(body)
         # labml-app files rank n > 0 of a distributed run as "<uuid>_<n>".
         stored_uuid = f"{run_uuid}_{rank}" if world_size > 1 and rank > 0 else run_uuid
-        self._check_declarations(stored_uuid, packets)
+        first_configs = self._check_declarations(stored_uuid, packets)
         charged, new_series = self.usage.charge(stored_uuid, packets)
         self.usage.check(stored_uuid, charged)
         if project_db.get_project(labml_token) is None:
@@ -91,27 +94,37 @@ class DashboardHandlers:
         if not res.get("errors"):
             self.usage.record(stored_uuid, charged, new_series)
             if rank == main_rank:
-                await self._after_update(request, run_uuid, packets, res)
+                await self._after_update(request, run_uuid, packets, res, first_configs)
         await asyncio.sleep(TRACK_THROTTLE_S)
         return res
 
-    def _check_declarations(self, run_uuid: str, packets: list[dict[str, Any]]) -> None:
+    def _check_declarations(self, run_uuid: str, packets: list[dict[str, Any]]) -> bool:
+        """Refuse changed live-hyperparameter declarations; True when these packets bring the
+        run's first configs."""
         from labml_app.db import run as run_db
 
         r = run_db.get(run_uuid)
+        stored = r.configs if r is not None else {}
         try:
-            check_declarations(r.configs if r is not None else {}, packets)
+            check_declarations(stored, packets)
         except HyperParamError as e:
             raise BadRequest(400, str(e)) from None
+        return not stored and any(packet.get("configs") for packet in packets)
 
     async def _after_update(self, request: Request, run_uuid: str, packets: list[dict[str, Any]],
-                            res: dict[str, Any]) -> None:
+                            res: dict[str, Any], first_configs: bool) -> None:
         from labml_app import handlers
         from labml_app.db import run as run_db
 
         r = run_db.get(run_uuid)
         if r is not None and not r.is_claimed:
             await handlers.claim_run(request, run_uuid=run_uuid)
+        if r is not None and first_configs:
+            # What the Configurations card lists until the user ticks others (labml-app keeps the
+            # ticks in `selected_configs`; it would list none).
+            r = run_db.get(run_uuid)
+            r.selected_configs = initial_selected_configs(r.configs)
+            r.save()
         self.hp_store.set_reported(run_uuid, reported_values(packets))
         # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
         res["dynamic"] = self.hp_store.take_pending(run_uuid)
@@ -141,7 +154,7 @@ class DashboardHandlers:
 
     async def hyperparams_page(self, request: Request, run_uuid: str) -> Response:
         check_run_uuid(run_uuid)
-        return FileResponse(OWN_STATIC / "hyperparams.html", media_type="text/html")
+        return HTMLResponse(self.hyperparams_html)
 
     async def own_static(self, request: Request, file_path: str) -> Response:
         path = safe_file(OWN_STATIC, file_path)

@@ -168,7 +168,8 @@ class HyperParamStore:
 
     Pending changes survive a dashboard restart; they are handed out once, with the
     run's next `/track` response, and then become the run's "delivered" values.
-    "Reported" values are what the run last tracked as `hp.<key>`.
+    "Reported" values are what the run last tracked as `hp.<key>`, forgotten when a change of that
+    key is delivered (until the run reports again, the delivered value is the newer one).
     """
 
     def __init__(self, path: Path) -> None:
@@ -202,6 +203,9 @@ class HyperParamStore:
             pending = entry["pending"]
             entry["delivered"].update(pending)
             entry["pending"] = {}
+            # What the run reported of these was before the change: its next report replaces it.
+            for key in pending:
+                entry["reported"].pop(key, None)
             self._save()
             return pending
 

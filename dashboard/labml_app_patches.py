@@ -2,7 +2,8 @@
 
 labml-app builds its FastAPI app when `labml_app.flask_app` is imported, set up for a hosted
 server; `load_labml_app` imports it with our store and without its start-up git lookup, and
-the other functions adjust the app it built: its routes, its error middleware, its CORS.
+the other functions adjust the app it built: its routes, its error middleware, its CORS, and
+(`present_runs`) what it shows of a run (see `run_display`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute
 
-from dashboard import store
+from dashboard import run_display, store
+from dashboard.hyperparams import HyperParamStore
 
 
 def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None) -> ModuleType:
@@ -42,9 +44,17 @@ def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None
 
     # It logs every request at INFO level.
     labml_app_logger.setLevel(logging.WARNING)
+    labml_app_logger.addFilter(not_a_hosted_repo_message)
     with no_git_lookup():
         from labml_app import flask_app
     return flask_app
+
+
+def not_a_hosted_repo_message(record: logging.LogRecord) -> bool:
+    """False for labml-app's "unknown repo url" errors, logged on every view of a run whose git
+    remote is not a hosted one (a local path, a server without "git" in its name): it only means
+    the run page shows no link to the commit."""
+    return not str(record.msg).startswith("unknown repo url")
 
 
 @contextlib.contextmanager
@@ -95,3 +105,41 @@ def trust_only_origin(flask_app: ModuleType, origin: str) -> None:
     for middleware in flask_app.app.user_middleware:
         if middleware.cls is CORSMiddleware:
             middleware.kwargs["allow_origins"] = [origin]
+
+
+def present_runs(hp_store: HyperParamStore) -> None:
+    """Make labml-app show runs as `run_display` describes: the score as the Metrics chart, a
+    run's live values in its configs, a short uuid, step and score in the runs list."""
+    from labml_app import utils
+    from labml_app.analyses.experiments import metrics
+    from labml_app.db import run as run_db
+
+    stock_preference = utils.get_default_series_preference
+    utils.get_default_series_preference = lambda names: run_display.default_series_preference(names, stock_preference)
+    stock_track = metrics.MetricsAnalysis.track
+
+    def track(self: Any, data: dict[str, Any], run_uuid: str | None = None) -> None:
+        before = sorted(self.metrics.indicators)
+        stock_track(self, data, run_uuid)
+        after = sorted(self.metrics.indicators)
+        if after == before or run_uuid is None:
+            return
+        mp = metrics.MetricsPreferencesIndex.get(run_uuid).load()
+        chosen = run_display.preference_when_score_appears(before, after, mp.get_data()["series_preferences"],
+                                                           stock_preference)
+        if chosen is not None:
+            mp.update_preferences({"series_preferences": chosen})
+
+    metrics.MetricsAnalysis.track = track
+
+    stock_get_data = run_db.Run.get_data
+    run_db.Run.get_data = lambda self, *a, **kw: run_display.with_live_values(
+        stock_get_data(self, *a, **kw), hp_store.get(self.run_uuid))
+    stock_summary = run_db.Run.get_summary
+
+    def get_summary(self: Any) -> dict[str, Any]:
+        analysis = metrics.MetricsAnalysis.get(self.run_uuid)
+        series = {} if analysis is None else {s["name"]: s for s in analysis.get_tracking()}
+        return run_display.list_summary(stock_summary(self), series)
+
+    run_db.Run.get_summary = get_summary

@@ -38,6 +38,8 @@ def test_smoke_two_updates_through_the_cli(cli, tmp_path: Path) -> None:
     assert checkpoint["update"] == 2 and checkpoint["config"]["n_workers"] == 2
     run_dir = Path(summary["run_dir"])
     assert run_dir == tmp_path / "breakout" / summary["run_uuid"] and (run_dir / "configs.yaml").is_file()
+    # labml's own record of the run ends with the same status (the dashboard shows it).
+    assert json.loads((run_dir / "run_log.jsonl").read_text().splitlines()[-1])["status"] == "completed"
     assert cli.leftovers() == []
 
 

@@ -44,6 +44,7 @@ function render(data) {
         const input = document.createElement('input');
         input.name = name;
         input.type = 'text';
+        input.className = 'form-control form-control-sm';
         input.inputMode = 'decimal';
         input.placeholder = String(p.current);
         input.value = drafts[name] || '';

@@ -1,5 +1,6 @@
-// Added to labml-app's page: a link from each run page to its live-hyperparameter page,
-// and a notice when the front-end libraries could not be fetched for offline use.
+// Added to labml-app's page: a link from each run page to its live-hyperparameter page, the
+// runs list's scores written as scores, and a notice when the front-end libraries could not be
+// fetched for offline use.
 'use strict';
 
 (function () {
@@ -18,6 +19,17 @@
         if (!link.isConnected && document.body) document.body.appendChild(link);
     }
 
+    function plainScores() {
+        // The list writes every metric as 1.2340e+1; a game score reads better as 12.34.
+        for (const key of document.querySelectorAll('.list-item .info_list.config.custom span.key')) {
+            const value = key.nextElementSibling;
+            if (key.textContent === 'score_mean_100' && value && !value.dataset.plain) {
+                value.textContent = Number(value.textContent).toFixed(2);
+                value.dataset.plain = 'yes';
+            }
+        }
+    }
+
     const errors = window.DASHBOARD_ASSET_ERRORS || [];
     if (errors.length > 0) {
         const note = document.createElement('div');
@@ -29,5 +41,8 @@
         document.body.appendChild(note);
     }
     update();
-    setInterval(update, 500);
+    setInterval(() => {
+        update();
+        plainScores();
+    }, 500);
 }());

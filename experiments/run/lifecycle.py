@@ -70,6 +70,13 @@ def strip_userinfo(url: str) -> str:
     return url
 
 
+def run_title(config: PPOConfig) -> str:
+    """The run's name in labml and on the dashboard: its game, and the `--name` the user gave
+    (`Pong`, `Pong · lr-sweep`); the default name is only the folder."""
+    default_name = PPOConfig().name
+    return config.game if config.name == default_name else f"{config.game} · {config.name}"
+
+
 def check_can_start(config: PPOConfig, run_dir: Path | None = None) -> None:
     """What the config cannot say about this machine, checked before any process starts or any
     file is written: the device exists and has the precision asked for, and the run's folder can be
@@ -239,14 +246,19 @@ class TrainingRun:
         # start(). A credential in a remote URL (https://user:token@host/…) is dropped in between.
         run = experiment_singleton().run
         run.repo_remotes = [strip_userinfo(url) for url in run.repo_remotes]
+        # The folder is `name` (create() has fixed the run's paths); the name the dashboard lists
+        # (and run.yaml records) says which game the run plays.
+        run.name = run_title(config)
         live = LiveHyperParams(config, self.resume["live_values"] if self.resume else None)
         # Values that differ from the defaults are passed as labml's overrides, so the dashboard lists
-        # them as this run's hyperparameters (live keys stay DynamicHyperParams, already set).
+        # them as this run's explicitly set hyperparameters. A live key goes in as its
+        # DynamicHyperParam (already holding the value), so it stays changeable.
         defaults = PPOConfig().to_dict()
-        changed = {k: v for k, v in config.to_dict().items() if v != defaults[k] and k not in live.params}
+        labml_configs = live.labml_configs(config)
+        changed = {k: labml_configs[k] for k, v in config.to_dict().items() if v != defaults[k]}
         if config.dashboard is not None:
             changed["dashboard"] = strip_userinfo(config.dashboard)
-        experiment.configs(live.labml_configs(config), changed)
+        experiment.configs(labml_configs, changed)
         self.run_dir = lab_singleton().experiments / config.name / experiment.get_uuid()
         for name in PRINTED_METRICS:
             tracker.set_scalar(name, is_print=True)
@@ -255,7 +267,8 @@ class TrainingRun:
 
     def _train(self, trainer: Trainer, live: LiveHyperParams, games: GamesCsv, device: Any) -> None:
         config = self.config
-        with self.stop, experiment.start():
+        with self.stop:
+            experiment.start()  # its end is reported by _finish_dashboard, with the run's real status
             tracker.set_global_step(trainer.env_steps)
             boundary: dict[str, Any] | None = None  # the state before the update in progress
             for _ in monit.loop(range(trainer.update, config.last_update)):
@@ -350,6 +363,10 @@ class TrainingRun:
         return summary
 
     def _finish_dashboard(self) -> None:
+        # labml's `with experiment.start():` would call every run that leaves the block without an
+        # exception "completed", a Ctrl-C'd one included; its run_log.jsonl and the dashboard get the
+        # status summary.json has instead (interrupted, completed, or crashed with the fault).
+        experiment_singleton().finish(self.status, self.error)
         if self.config.dashboard and not finish_app_tracking(timeout_s=30.0):
             say("\nwarning: the dashboard did not take the run's last updates within 30 s; "
                 "they are in the run folder")

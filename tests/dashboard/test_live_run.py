@@ -21,7 +21,9 @@ def test_run_configs_and_metrics_reach_the_dashboard(dashboard: Dashboard, finis
     assert status == 200
     assert run["run_uuid"] == finished_run and run["name"] == "probe"
     configs = {c["key"]: c for c in run["configs"]}
-    assert configs["learning_rate"]["computed"]["type"] == "DynamicSchedule"
+    # A live hyperparameter shows its current value (here the one declared); `value` is the declaration.
+    assert configs["learning_rate"]["computed"] == "0.00025 (live)"
+    assert configs["learning_rate"]["value"]["type"] == "DynamicSchedule"
     assert configs["gamma"]["computed"] == 0.99
 
     # Claimed automatically: listed under "Runs" rather than waiting to be deleted.

@@ -253,7 +253,9 @@ def test_declared_live_ranges_cannot_be_rewritten(dashboard: Dashboard, finished
 
     # labml's client may send the same declarations again: accepted.
     status, run = dashboard.request("GET", f"/api/v1/run/{finished_run}")
-    same = {c["key"]: {k: v for k, v in c.items() if k != "key"} for c in run["configs"]}
+    # The page shows a live value as `computed`; labml sends `computed` equal to `value` (both its
+    # to_yaml of the same config), so `value` gives back what it sent.
+    same = {c["key"]: {**{k: v for k, v in c.items() if k != "key"}, "computed": c["value"]} for c in run["configs"]}
     assert send_json(dashboard, "POST", track_path(finished_run), {"configs": same})[0] == 200
 
 

@@ -1,0 +1,100 @@
+"""What labml-app shows of a run, made to tell the truth about a training run.
+
+labml-app's stock choices fit a generic experiment, not this one:
+- its Metrics card charts the first series alphabetically (`approx_kl`) unless one is named
+  `loss`: here the full-game score is the chart, the other series a click away on the metrics page;
+- its Configurations card lists only configs a user has ticked ("Default configurations"
+  otherwise): here it starts with the ones the run set explicitly and its live hyperparameters;
+- it shows a live hyperparameter as its declaration (`type: DynamicSchedule, default: …`):
+  here as the value the run reported last (else the one last sent, else its starting value);
+- its runs list shows name, comment and status only: here also a short uuid, the step and the
+  latest score.
+`labml_app_patches.present_runs` hooks these into the app; nothing here changes what is stored
+from a run's packets except the run's initial selection of configs and of its chart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dashboard.hyperparams import dynamic_specs
+
+SCORE = "score_mean_100"  # the learner's full-game, unclipped score (mean of the last 100 games)
+SHORT_UUID = 8  # as git shortens commits: enough to tell a folder's runs apart
+
+Number = int | float
+
+
+def default_series_preference(names: list[str], stock: Callable[[list[str]], list[int]]) -> list[int]:
+    """Which of a run's series (sorted names) its Metrics card charts: the score alone when the
+    run has one, else labml-app's own choice (`stock`). 1 = charted, -1 = listed only."""
+    if SCORE in names:
+        return [1 if name == SCORE else -1 for name in names]
+    return stock(names)
+
+
+def preference_when_score_appears(before: list[str], after: list[str], preferences: list[int],
+                                  stock: Callable[[list[str]], list[int]]) -> list[int] | None:
+    """The preferences to store when the score is among a run's new series, or None to keep them.
+
+    A run tracks its score only once a game has ended, usually after its first packets set the
+    chart to the losses. If the chart is still the one the app chose by itself (nobody picked
+    series since), the score becomes the chart; a user's own choice is kept.
+    """
+    if SCORE in before or SCORE not in after or len(preferences) != len(after):
+        return None
+    kept = [p for name, p in zip(after, preferences, strict=True) if name in before]
+    if kept != default_series_preference(before, stock):
+        return None
+    return default_series_preference(after, stock)
+
+
+def initial_selected_configs(configs: Mapping[str, Any]) -> list[str]:
+    """The configs the Configurations card lists at first: what the run set explicitly (labml's
+    `is_explicitly_specified`, the options that differ from the defaults) and its live ones."""
+    live = {spec.key for spec in dynamic_specs(configs).values()}
+    return sorted(key for key, c in configs.items()
+                  if isinstance(c, dict) and (c.get("is_explicitly_specified") is True or c.get("name", key) in live))
+
+
+def live_value(default: Number, state: Mapping[str, Mapping[str, Number]], key: str) -> Number:
+    """What a live hyperparameter is now: the run's last report of it, else the dashboard's
+    last delivered change, else the value the run started with."""
+    for part in ("reported", "delivered"):
+        if key in state.get(part, {}):
+            return state[part][key]
+    return default
+
+
+def with_live_values(run_data: dict[str, Any], state: Mapping[str, Mapping[str, Number]]) -> dict[str, Any]:
+    """labml-app's run data (`Run.get_data`) with each live hyperparameter's `computed` (what the
+    Configurations card shows) its current value, marked live; its `value` stays the declaration."""
+    configs = run_data.get("configs")
+    if not isinstance(configs, list):
+        return run_data
+    specs = dynamic_specs({c["key"]: c for c in configs if isinstance(c, dict) and "key" in c})
+    shown = []
+    for c in configs:
+        spec = specs.get(str(c.get("name", c.get("key")))) if isinstance(c, dict) else None
+        if spec is not None:
+            now = live_value(spec.default, state, spec.key)
+            c = {**c, "computed": f"{now:g} (live)"}  # `value` keeps the declaration
+        shown.append(c)
+    return {**run_data, "configs": shown}
+
+
+def list_summary(summary: dict[str, Any], series: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A runs-list entry (`Run.get_summary`) with the run's short uuid before its comment, its
+    last step and its latest score; `series` are its tracked series by name (labml-app's
+    `Series.to_data()`: `step`, `value`, ...)."""
+    uuid = str(summary.get("run_uuid", ""))[:SHORT_UUID]
+    comment = summary.get("comment") or ""
+    shown = {**summary, "comment": f"{uuid} · {comment}" if comment else uuid}
+    steps = [s["step"][-1] for s in series.values() if len(s.get("step", [])) > 0]
+    if steps:
+        shown["step"] = int(max(steps))
+    score = series.get(SCORE)
+    if score is not None and len(score.get("value", [])) > 0:
+        shown["metric_values"] = [{"name": SCORE, "value": float(score["value"][-1])}]
+    return shown

@@ -1,0 +1,71 @@
+"""How the dashboard shows a run (dashboard/run_display.py), on hand-made labml-app data; the same
+choices in a real dashboard and browser are in test_dashboard_truth.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dashboard.hyperparams import HyperParamStore
+from dashboard.run_display import (
+    default_series_preference,
+    initial_selected_configs,
+    list_summary,
+    preference_when_score_appears,
+    with_live_values,
+)
+
+
+def stock(names: list[str]) -> list[int]:  # labml-app's choice: the first series alphabetically
+    return [1] + [-1] * (len(names) - 1) if names else []
+
+
+LR_DECLARED = {"type": "DynamicSchedule", "default": 2.5e-4, "range": [0.0, 1e-2], "dynamic_type": "float"}
+CONFIGS = {
+    "learning_rate": {"name": "learning_rate", "computed": LR_DECLARED, "is_explicitly_specified": False},
+    "n_workers": {"name": "n_workers", "computed": 2, "is_explicitly_specified": True},
+    "gamma": {"name": "gamma", "computed": 0.99, "is_explicitly_specified": False},
+}
+
+
+def test_the_score_is_the_chart_when_there_is_one() -> None:
+    assert default_series_preference(["approx_kl", "entropy", "score_mean_100"], stock) == [-1, -1, 1]
+    assert default_series_preference(["approx_kl", "entropy"], stock) == [1, -1]  # labml-app's choice
+
+
+def test_a_late_score_becomes_the_chart_unless_the_user_picked_series() -> None:
+    before, after = ["approx_kl", "entropy"], ["approx_kl", "entropy", "score_mean_100"]
+    # the app's own choice for `before`, with the new series inserted unselected (as labml-app does)
+    assert preference_when_score_appears(before, after, [1, -1, -1], stock) == [-1, -1, 1]
+    assert preference_when_score_appears(before, after, [-1, 1, -1], stock) is None  # the user chose entropy
+    assert preference_when_score_appears(after, [*after, "sps"], [-1, -1, 1, -1], stock) is None  # not new
+
+
+def test_the_configurations_card_starts_with_the_set_and_the_live_options() -> None:
+    assert initial_selected_configs(CONFIGS) == ["learning_rate", "n_workers"]
+
+
+def test_a_live_value_shows_as_the_newest_the_dashboard_knows(tmp_path: Path) -> None:
+    store = HyperParamStore(tmp_path / "hp.json")
+    run = {"configs": [{"key": k, **c} for k, c in CONFIGS.items()]}
+
+    def shown() -> str:
+        return next(c for c in with_live_values(run, store.get("r"))["configs"] if c["key"] == "learning_rate")["computed"]
+
+    assert shown() == "0.00025 (live)"  # declared, nothing changed
+    store.set_reported("r", {"learning_rate": 5e-4})
+    assert shown() == "0.0005 (live)"
+    store.add_pending("r", {"learning_rate": 1e-3})
+    assert shown() == "0.0005 (live)"  # queued, not delivered yet
+    store.take_pending("r")
+    assert shown() == "0.001 (live)"  # delivered: the report from before it is outdated
+    assert store.get("r")["reported"] == {}
+    store.set_reported("r", {"learning_rate": 5e-4})  # e.g. the run refused it and kept its value
+    assert shown() == "0.0005 (live)"
+
+
+def test_a_runs_list_entry_has_a_short_uuid_the_step_and_the_latest_score() -> None:
+    summary = {"run_uuid": "0123456789abcdef0123456789abcdef", "name": "Breakout", "comment": ""}
+    series = {"score_mean_100": {"step": [512, 1024], "value": [1.5, 2.25]}, "sps": {"step": [1536], "value": [40.0]}}
+    assert list_summary(summary, series) == {**summary, "comment": "01234567", "step": 1536,
+                                             "metric_values": [{"name": "score_mean_100", "value": 2.25}]}
+    assert list_summary({**summary, "comment": "lr sweep"}, {})["comment"] == "01234567 · lr sweep"
