@@ -26,6 +26,7 @@ from labml.internal.logger import logger_singleton
 from configs.ppo import PPOConfig, grouped_for_cores
 from experiments.run import console
 from experiments.run.progress import ProgressLine, hms, labml_console_above, progress_text
+from experiments.run.report import next_commands
 from ppo.checkpoint import load_checkpoint
 from tests.conftest import REPO, wait_for_file
 
@@ -128,7 +129,7 @@ def test_a_short_run_shows_its_progress_then_a_summary_and_commands_that_work(cl
     played = cli.run("experiments.evaluate", *command_args(evaluate, "experiments.evaluate"))
     assert played.returncode == 0, played.stderr[-2000:]
     assert json.loads(played.stdout.strip().splitlines()[-1])["games"] == 10
-    assert (Path(summary["run_dir"]) / "videos" / "evaluate.mp4").stat().st_size > 10_000
+    assert (Path(summary["run_dir"]) / "evaluate.mp4").stat().st_size > 10_000
     assert "    python -m experiments.dashboard" in lines
     assert cli.leftovers() == []
 
@@ -164,6 +165,9 @@ original, hold = Trainer.state_dict, Path(os.environ["HOLD_FILE"])
 def state_dict_then_hold(self, live_values):
     if self.update == 2:
         hold.touch()
+        while not self.should_stop():
+            time.sleep(0.01)
+        hold.with_suffix(".stop").touch()  # the first signal was seen
         while True:
             time.sleep(0.01)
     return original(self, live_values)
@@ -178,10 +182,14 @@ def test_a_second_ctrl_c_names_the_checkpoint_it_will_resume_from(cli, tmp_path:
                                 "--checkpoint-every", "1", "--data-dir", str(tmp_path)],
                                cwd=REPO, env=dict(cli.env(), HOLD_FILE=str(tmp_path / "held")),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_file(tmp_path / "held", process)
-    process.send_signal(signal.SIGINT)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=600)
+    try:
+        wait_for_file(tmp_path / "held", process)
+        process.send_signal(signal.SIGINT)
+        wait_for_file(tmp_path / "held.stop", process)  # two signals at once would be taken as one
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=600)
+    finally:
+        process.kill()
     assert process.returncode == 130, stderr[-3000:]
     lines = stderr.splitlines()
     said = next(line for line in lines if line.startswith("stopped at once; it will resume from "))
@@ -247,3 +255,21 @@ def test_on_one_core_the_8_games_run_in_one_process(cli, tmp_path: Path) -> None
     config = load_checkpoint(Path(summary["checkpoint"]))["config"]
     assert (config["n_workers"], config["envs_per_worker"], summary["env_steps"]) == (1, 8, 8 * 16)
     assert cli.leftovers() == []
+
+
+@pytest.mark.parametrize(("updates", "stop_after", "expected"), [
+    (3, None, "  continue it from update 3:"),
+    (5, 5 * 32, "  continue it to the end of its schedule (update 10):"),
+    (10, None, "  train longer: its schedule is done (the learning rate has decayed to 0); start a longer run:"),
+])
+def test_the_next_commands_fit_where_the_run_stopped(updates: int, stop_after: int | None, expected: str) -> None:
+    config = PPOConfig(n_workers=2, worker_steps=16, updates=10, stop_after_env_steps=stop_after, data_dir="/data/my runs")
+    summary = {"run_uuid": "ab" * 16, "run_dir": "/data/my runs/breakout/" + "ab" * 16, "checkpoint": "c.pt", "updates": updates, "env_steps": updates * 32}
+    lines = next_commands(summary, config, "http://127.0.0.1:5005/api/v1/default")
+    after = lines[lines.index(expected) + 1]
+    if updates < 10:
+        suffix = " --stop-after-env-steps none" if stop_after else ""
+        assert after == f"    python -m experiments.breakout --resume {'ab' * 16} --data-dir '/data/my runs' --dashboard http://127.0.0.1:5005/api/v1/default{suffix}"
+    assert lines[-2:] == ["  its charts in the dashboard:", f"    http://127.0.0.1:5005/run/{'ab' * 16}"]
+    assert lines[2] == (f"    python -m experiments.evaluate --run {'ab' * 16} --data-dir '/data/my runs' --games 10 "
+                        f"--video '/data/my runs/breakout/{'ab' * 16}/evaluate.mp4'")

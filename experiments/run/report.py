@@ -43,7 +43,7 @@ def resume_command(config: PPOConfig, run_uuid: str, dashboard: str | None = Non
 
 
 def evaluate_command(config: PPOConfig, run_uuid: str, run_dir: Path) -> str:
-    video = shlex.quote(str(run_dir / "videos" / "evaluate.mp4"))
+    video = shlex.quote(str(run_dir / "evaluate.mp4"))  # the run folder exists; videos/ only with --eval-video-every
     return f"{EVALUATE} --run {run_uuid}{_data_dir_option(config)} --games 10 --video {video}"
 
 
@@ -60,7 +60,7 @@ def start_lines(config: PPOConfig, run_uuid: str, run_dir: Path) -> str:
 def summary_line(summary: dict[str, Any], last_update: int) -> str:
     score = summary["score_mean_100"]
     score_text = "no game finished yet" if score is None else f"score {score:.1f} (mean of the last {min(summary['games'], 100)} of {summary['games']:,} games)"
-    sps = "" if summary["sps"] is None else f" ({summary['sps']:,.0f} steps/s)"
+    sps = "" if summary["sps"] is None else f" ({summary['sps']:,.0f} steps/s, start-up included)"
     return (f"{summary['status']}: update {summary['updates']:,} of {last_update:,} · {summary['env_steps']:,} agent steps "
             f"in {hms(summary['wall_time_s'])}{sps} · {score_text}")
 
@@ -73,6 +73,9 @@ def next_commands(summary: dict[str, Any], config: PPOConfig, dashboard: str | N
         lines += ["  watch it play, 10 whole games, the first filmed:", f"    {evaluate_command(config, uuid, run_dir)}"]
         if summary["updates"] < config.last_update:
             lines += [f"  continue it from update {summary['updates']:,}:", f"    {resume_command(config, uuid, dashboard)}"]
+        elif summary["updates"] < config.n_updates:  # it stopped at its --stop-after-env-steps budget
+            lines += [f"  continue it to the end of its schedule (update {config.n_updates:,}):",
+                      f"    {resume_command(config, uuid, dashboard)} --stop-after-env-steps none"]
         else:
             lines += ["  train longer: its schedule is done (the learning rate has decayed to 0); start a longer run:",
                       f"    {TRAIN} --total-env-steps {max(10_000_000, 2 * summary['env_steps'])}{_data_dir_option(config)}"]
