@@ -96,8 +96,9 @@ class PPOConfig:
     max_episode_frames: int = hp(108_000, "truncate a game after this many frames (30 min at 60 Hz; Machado et al. 2018)", positive)
 
     # ---- rollouts ----
-    n_workers: int = hp(8, "env worker processes (baselines ppo2: 8 envs). Given neither this nor --envs-per-worker, a local "
-                           "run puts the 8 games in as many processes as the usable cores allow (grouped_for_cores)", positive)
+    n_workers: int = hp(8, "env worker processes (baselines ppo2: 8 envs). Without this and --envs-per-worker a local run "
+                           "groups its 8 games by the usable cores: 1 core → 1 process × 8 games, 2–3 → 2 × 4, 4–7 → 4 × 2, "
+                           "8 or more → 8 × 1 (grouped_for_cores)", positive)
     envs_per_worker: int = hp(1, "games stepped by each worker process; games = n_workers × envs_per_worker", positive)
     worker_steps: int = hp(128, "steps per env per rollout (ppo2 nsteps)", positive)
     backend: str = hp("local", "env workers: local (processes here), ray (Ray actors; pip install -e .[ray]) or serial (in the trainer's process)",
