@@ -32,6 +32,9 @@ setup(
         "labml-app>=0.5.14,<0.6",
         # Learning-curve plots (experiments.curves).
         "matplotlib>=3.7",
+        # The training progress line: redrawn in place, cut to the terminal's width, messages
+        # written above it from any thread (experiments/run/progress.py).
+        "tqdm>=4.66",
     ],
     extras_require={
         "dev": ["pytest>=8", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10"],

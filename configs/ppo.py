@@ -12,6 +12,7 @@ import dataclasses
 import importlib.util
 import math
 import numbers
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,8 +106,10 @@ class PPOConfig:
     max_episode_frames: int = hp(108_000, "truncate a game after this many frames (30 min at 60 Hz; Machado et al. 2018)", positive)
 
     # ---- rollouts ----
-    n_workers: int = hp(8, "env worker processes (baselines ppo2: 8 envs)", positive)
-    envs_per_worker: int = hp(1, "games stepped by each worker process; envs = n_workers × envs_per_worker", positive)
+    n_workers: int = hp(8, "env worker processes (baselines ppo2: 8 envs). Without this and --envs-per-worker a local run "
+                           "groups its 8 games by the usable cores: 1 core → 1 process × 8 games, 2–3 → 2 × 4, 4–7 → 4 × 2, "
+                           "8 or more → 8 × 1 (grouped_for_cores)", positive)
+    envs_per_worker: int = hp(1, "games stepped by each worker process; games = n_workers × envs_per_worker", positive)
     worker_steps: int = hp(128, "steps per env per rollout (ppo2 nsteps)", positive)
     backend: str = hp("local", "env workers: local (processes here), ray (Ray actors; pip install -e .[ray]) or serial (in the trainer's process)",
                       one_of(*BACKENDS), run_option=True, metavar=braced(BACKENDS))
@@ -220,6 +223,25 @@ def section_of(name: str) -> str:
         if name in names:
             return title
     raise KeyError(f"{name}: a config field that no section of configs.ppo.SECTIONS lists")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: `taskset`, a container's cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
+
+
+def grouped_for_cores(config: PPOConfig, cores: int) -> PPOConfig:
+    """The same games grouped into as many worker processes as there are cores: the largest
+    divisor of the number of games that is ≤ `cores` (8 games: 1 core → 1 × 8, 2–3 → 2 × 4,
+    4–7 → 4 × 2, 8 or more → 8 × 1). More processes than cores only adds switching between them
+    (README, Throughput: 2 × 4 beats 8 × 1 on 2 cores). Grouping is a speed setting only: the games,
+    the batch and every number learned stay the same (tests/test_trainer.py checks it bit for bit)."""
+    games = config.n_envs
+    workers = max(d for d in range(1, min(games, max(cores, 1)) + 1) if games % d == 0)
+    return dataclasses.replace(config, n_workers=workers, envs_per_worker=games // workers)
 
 
 class ConfigError(ValueError):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from configs.cli import OneLineParser, fail, parse_config
-from configs.ppo import ConfigError
+from configs.ppo import ConfigError, grouped_for_cores, usable_cores
 from experiments.run.console import say
 from experiments.run.lifecycle import TrainingRun, check_can_start, resume_config
 from game.atari import canonical_game
@@ -28,20 +28,24 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     try:
         if args.resume is not None:
             config, resume = resume_config(Path(config.data_dir), args.resume, overrides)
+        elif config.backend == "local" and not {"n_workers", "envs_per_worker"} & overrides.keys():
+            # Not chosen on the command line: the games in one process per usable core.
+            config = grouped_for_cores(config, usable_cores())
         check_can_start(config)  # the device exists, the run folder can be written: before anything starts
     except (ConfigError, CheckpointError) as e:
         fail(str(e))
+    run = TrainingRun(config, resume, run_uuid=args.resume)
     try:
-        result = TrainingRun(config, resume, run_uuid=args.resume).run()
+        result = run.run()
     except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: the workers are closed already
-        say("\nstopped at once; the last periodic checkpoint is the one to resume from")
+        say(f"stopped at once; {run.resume_point()}")
         return 130
     except ConfigError as e:  # found before anything started (a device this machine lacks)
         fail(str(e))
     except ConnectionError as e:  # Ray could not reach --ray-address
         fail(f"--ray-address {config.ray_address}: could not connect to a Ray cluster there ({str(e).splitlines()[0]})")
-    # labml's progress line has no newline of its own; the path must be a line by itself.
-    say(f"\n{result.summary_path}", sys.stdout)
+    # stdout holds only this path (everything for people goes to stderr): `$(python -m experiments.breakout)` is the path.
+    say(str(result.summary_path), sys.stdout)
     return result.exit_code
 
 

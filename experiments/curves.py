@@ -142,7 +142,8 @@ def train_seed(side: str, seed: int, args: argparse.Namespace, extra: Sequence[s
     print(f"curves: {side} seed {seed}: {' '.join(command[1:])}", flush=True)
     done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        lines = done.stderr.strip().splitlines()  # the run ends with its next commands: name its error
+        last = ([line for line in lines if line.startswith("error:")] or lines or ["(no output)"])[-1]
         fail(f"{side} seed {seed} exited with {done.returncode}: {last}")
     found = sorted(out.rglob("games.csv"))
     if not found:

@@ -18,10 +18,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import torch
-from labml import experiment, logger, monit, tracker
+from labml import experiment, monit, tracker
 from labml.internal.experiment import experiment_singleton
 from labml.internal.lab import lab_singleton
-from labml.logger import Text
+from labml.internal.monitor import monitor_singleton
 
 from configs.cli import config_from_overrides
 from configs.live import LiveHyperParams
@@ -30,6 +30,8 @@ from dashboard.client import finish_app_tracking
 from experiments.run.console import say
 from experiments.run.folders import checkpoint_path, checkpoint_paths, find_run, publish, release_run, rotate_in, running_pid
 from experiments.run.games_csv import GamesCsv
+from experiments.run.progress import ProgressLine, labml_console_above, quiet_labml_banner
+from experiments.run.report import next_commands, resume_command, start_lines, summary_line
 from experiments.run.stopping import GracefulStop
 from game.atari import is_known_game, make_ale_env
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
@@ -199,16 +201,23 @@ class TrainingRun:
         self.started = time.perf_counter()
 
     def run(self) -> RunResult:
+        with labml_console_above():  # labml's own messages as whole lines on stderr (progress.py)
+            return self._run()
+
+    def _run(self) -> RunResult:
         config = self.config
         check_can_start(config)  # before labml writes anything or a worker starts
         device = resolve_device(config.device)
         live = self._start_labml()
+        self.run_uuid = experiment.get_uuid()
+        say(start_lines(config, self.run_uuid, self.run_dir))
         seeds = derive_seeds(config.seed, config.n_envs)
         with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
-            trainer = Trainer(config, pool, seeds, device, live.values, on_event=lambda message: logger.log(message, Text.warning))
+            trainer = Trainer(config, pool, seeds, device, live.values, on_event=say)
             trainer.should_stop = lambda: self.stop.requested is not None  # honoured between minibatches
             if self.resume is not None:
                 trainer.load_state_dict(self.resume)
+                say(f"resumed at update {trainer.update:,} of {config.last_update:,}")
             else:
                 trainer.reset_envs()
             first_update, first_steps = trainer.update, trainer.env_steps
@@ -267,7 +276,13 @@ class TrainingRun:
 
     def _train(self, trainer: Trainer, live: LiveHyperParams, games: GamesCsv, device: Any) -> None:
         config = self.config
-        with self.stop:
+        # The terminal shows our progress line (experiments/run/progress.py), not labml's: labml's
+        # monitor draws its line (and its screen writer's metrics) only when not silent; the metrics
+        # still go to the run folder and the dashboard through tracker.save.
+        monitor_singleton().silent()
+        quiet_labml_banner()
+        progress = ProgressLine(trainer.update, trainer.env_steps, config.last_update, self.started)
+        with self.stop, progress:
             experiment.start()  # its end is reported by _finish_dashboard, with the run's real status
             tracker.set_global_step(trainer.env_steps)
             boundary: dict[str, Any] | None = None  # the state before the update in progress
@@ -289,12 +304,11 @@ class TrainingRun:
                 if config.eval_video_every and trainer.update % config.eval_video_every == 0:
                     metrics.update(record_training_video(trainer.model, config.to_dict(), self.run_dir, trainer.update, device))
                 tracker.save(trainer.env_steps, metrics)
+                progress.show(trainer.update, trainer.env_steps, trainer.score_mean())
                 if config.checkpoint_every and trainer.update % config.checkpoint_every == 0:
                     boundary = self._checkpoint(trainer, live)  # also the next update's starting state
                 if self.stop.requested:
                     break
-                if trainer.update % 10 == 0:
-                    tracker.new_line()
             if self.checkpointed_update != trainer.update:
                 self._checkpoint(trainer, live)
             self.status = "interrupted" if self.stop.requested else "completed"
@@ -359,7 +373,7 @@ class TrainingRun:
             write_json(self.run_dir / "summary.json", summary)
             publish(self.run_dir / "summary.json")
         except OSError as e:
-            say(f"\nerror: could not write {self.run_dir / 'summary.json'}: {e}")
+            say(f"error: could not write {self.run_dir / 'summary.json'}: {e}")
         return summary
 
     def _finish_dashboard(self) -> None:
@@ -368,16 +382,33 @@ class TrainingRun:
         # status summary.json has instead (interrupted, completed, or crashed with the fault).
         experiment_singleton().finish(self.status, self.error)
         if self.config.dashboard and not finish_app_tracking(timeout_s=30.0):
-            say("\nwarning: the dashboard did not take the run's last updates within 30 s; "
+            say("warning: the dashboard did not take the run's last updates within 30 s; "
                 "they are in the run folder")
 
     def _report(self, summary: dict[str, Any]) -> RunResult:
+        """What happened, in a few lines on stderr, and the commands to go on with."""
         path = self.run_dir / "summary.json"
         if self.error is not None:
-            say(f"\nerror: run {summary['run_uuid']} stopped at update {summary['updates']}: {self.error.splitlines()[0]}")
+            say(f"error: run {summary['run_uuid']} stopped at update {summary['updates']}: {self.error.splitlines()[0]}")
             if summary["checkpoint"]:
-                say(f"the last good state is in {summary['checkpoint']}; resume with --resume {summary['run_uuid']}")
-            return RunResult(path, summary, 1)
-        if self.stop.requested:
-            say(f"\nstopped by {self.stop.requested} after update {summary['updates']}; resume with --resume {summary['run_uuid']}")
-        return RunResult(path, summary, self.stop.exit_code)
+                say(f"the last good state is in {summary['checkpoint']}")
+        elif self.stop.requested:
+            say(f"stopped by {self.stop.requested} after update {summary['updates']}"
+                + (f"; its checkpoint: {summary['checkpoint']}" if summary["checkpoint"] else ""))
+        say(summary_line(summary, self.config.last_update))
+        for line in next_commands(summary, self.config, self._dashboard()):
+            say(line)
+        return RunResult(path, summary, 1 if self.error is not None else self.stop.exit_code)
+
+    def _dashboard(self) -> str | None:
+        return strip_userinfo(self.config.dashboard) if self.config.dashboard else None
+
+    def resume_point(self) -> str:
+        """After a second Ctrl-C: the checkpoint the run will resume from, and the command."""
+        if self.checkpoint_file is not None:
+            where = f"{self.checkpoint_file} (update {self.checkpointed_update})"
+        elif self.resume is not None:
+            where = f"{checkpoint_path(self.run_dir)} (update {self.resume['update']}), the one it was resumed from"
+        else:
+            return "no checkpoint was written yet: there is nothing to resume; start the run again"
+        return f"it will resume from {where}:\n  {resume_command(self.config, str(self.run_uuid), self._dashboard())}"

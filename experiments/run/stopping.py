@@ -28,7 +28,7 @@ class GracefulStop:
         if self.requested is not None:
             raise KeyboardInterrupt(f"second stop request ({name}): stopping now")
         self.requested = name
-        say(f"\n{name} received: stopping after this update and saving a checkpoint (send it again to stop at once)")
+        say(f"{name} received: stopping after this update and saving a checkpoint (send it again to stop at once)")
 
     @property
     def exit_code(self) -> int:

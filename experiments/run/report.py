@@ -1,0 +1,87 @@
+"""What a run says when it starts (what it will do, and where) and when it ends: a short summary
+and the exact commands to go on with.
+
+    completed: 98 of 98 updates · 100,352 agent steps in 0:03:41 (454 steps/s) · score 2.9 (last 100 of 130 games)
+    next:
+      watch it play, 10 games, the first filmed:  python -m experiments.evaluate --run 6f1c… --video runs/…/evaluate.mp4
+      …
+
+Every command is printed whole, with `--data-dir` when the run's is not the default, so it can be
+pasted as it is from the folder the run was started in.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from configs.ppo import PPOConfig, usable_cores
+from dashboard.client import run_url
+from experiments.run.progress import hms
+
+TRAIN = "python -m experiments.breakout"
+EVALUATE = "python -m experiments.evaluate"
+DEFAULT_DASHBOARD = "http://127.0.0.1:5005"
+
+
+def _data_dir_option(config: PPOConfig) -> str:
+    default = PPOConfig.__dataclass_fields__["data_dir"].default
+    return "" if config.data_dir == default else f" --data-dir {shlex.quote(config.data_dir)}"
+
+
+def dashboard_page(dashboard: str) -> str:
+    """The dashboard's address without labml's track path: `…:5005/api/v1/default` → `…:5005`."""
+    return dashboard.split("/api/", 1)[0].rstrip("/")
+
+
+def resume_command(config: PPOConfig, run_uuid: str, dashboard: str | None = None) -> str:
+    """The command that continues the run from its last checkpoint. A resume sends to a dashboard
+    only when its own command line names one, so the run's dashboard is named again."""
+    command = f"{TRAIN} --resume {run_uuid}{_data_dir_option(config)}"
+    return command + (f" --dashboard {shlex.quote(dashboard)}" if dashboard else "")
+
+
+def evaluate_command(config: PPOConfig, run_uuid: str, run_dir: Path) -> str:
+    video = shlex.quote(str(run_dir / "evaluate.mp4"))  # the run folder exists; videos/ only with --eval-video-every
+    return f"{EVALUATE} --run {run_uuid}{_data_dir_option(config)} --games 10 --video {video}"
+
+
+def start_lines(config: PPOConfig, run_uuid: str, run_dir: Path) -> str:
+    """`breakout run 6f1c… in runs/breakout/6f1c…` and how the games are grouped into processes."""
+    cores = usable_cores()
+    processes = f"{config.n_workers} worker process{'es' if config.n_workers > 1 else ''}"
+    per_worker = f" of {config.envs_per_worker}" if config.envs_per_worker > 1 else ""
+    return (f"{config.name} run {run_uuid} in {run_dir}\n"
+            f"{config.n_envs} games in {processes}{per_worker} ({cores} usable core{'s' if cores > 1 else ''}) · "
+            f"{config.last_update:,} update{'s' if config.last_update > 1 else ''} of {config.batch_size:,} agent steps")
+
+
+def summary_line(summary: dict[str, Any], last_update: int) -> str:
+    score = summary["score_mean_100"]
+    score_text = "no game finished yet" if score is None else f"score {score:.1f} (mean of the last {min(summary['games'], 100)} of {summary['games']:,} games)"
+    sps = "" if summary["sps"] is None else f" ({summary['sps']:,.0f} steps/s, start-up included)"
+    return (f"{summary['status']}: update {summary['updates']:,} of {last_update:,} · {summary['env_steps']:,} agent steps "
+            f"in {hms(summary['wall_time_s'])}{sps} · {score_text}")
+
+
+def next_commands(summary: dict[str, Any], config: PPOConfig, dashboard: str | None) -> list[str]:
+    """The lines after the summary: watch it play, go on, look at it in the dashboard."""
+    uuid, run_dir = summary["run_uuid"], Path(summary["run_dir"])
+    lines = ["next:"]
+    if summary["checkpoint"]:
+        lines += ["  watch it play, 10 whole games, the first filmed:", f"    {evaluate_command(config, uuid, run_dir)}"]
+        if summary["updates"] < config.last_update:
+            lines += [f"  continue it from update {summary['updates']:,}:", f"    {resume_command(config, uuid, dashboard)}"]
+        elif summary["updates"] < config.n_updates:  # it stopped at its --stop-after-env-steps budget
+            lines += [f"  continue it to the end of its schedule (update {config.n_updates:,}):",
+                      f"    {resume_command(config, uuid, dashboard)} --stop-after-env-steps none"]
+        else:
+            lines += ["  train longer: its schedule is done (the learning rate has decayed to 0); start a longer run:",
+                      f"    {TRAIN} --total-env-steps {max(10_000_000, 2 * summary['env_steps'])}{_data_dir_option(config)}"]
+    if dashboard:
+        lines += ["  its charts in the dashboard:", f"    {run_url(dashboard_page(dashboard), uuid)}"]
+    else:
+        lines += ["  watch runs live in a dashboard: start one, then add --dashboard to a run (or to a --resume):",
+                  "    python -m experiments.dashboard", f"    {TRAIN} --dashboard {DEFAULT_DASHBOARD}"]
+    return lines
