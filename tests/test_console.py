@@ -23,10 +23,11 @@ import pytest
 from labml.internal.experiment import Experiment
 from labml.internal.logger import logger_singleton
 
+from configs.cli import parse_config
 from configs.ppo import PPOConfig, grouped_for_cores
 from experiments.run import console
 from experiments.run.progress import ProgressLine, hms, labml_console_above, progress_text
-from experiments.run.report import next_commands
+from experiments.run.report import NOT_CARRIED, changed_options, next_commands
 from ppo.checkpoint import load_checkpoint
 from tests.conftest import REPO, wait_for_file
 
@@ -271,5 +272,20 @@ def test_the_next_commands_fit_where_the_run_stopped(updates: int, stop_after: i
         suffix = " --stop-after-env-steps none" if stop_after else ""
         assert after == f"    python -m experiments.breakout --resume {'ab' * 16} --data-dir '/data/my runs' --dashboard http://127.0.0.1:5005/api/v1/default{suffix}"
     assert lines[-2:] == ["  its charts in the dashboard:", f"    http://127.0.0.1:5005/run/{'ab' * 16}"]
+    if updates == 10:  # a new, longer run keeps what this one set (worker steps; the grouping is chosen again)
+        assert after == "    python -m experiments.breakout --total-env-steps 10000000 --worker-steps 16 --data-dir '/data/my runs'"
     assert lines[2] == (f"    python -m experiments.evaluate --run {'ab' * 16} --data-dir '/data/my runs' --games 10 "
                         f"--video '/data/my runs/breakout/{'ab' * 16}/evaluate.mp4'")
+
+
+def test_a_longer_run_is_started_with_the_settings_of_the_one_that_ended() -> None:
+    """The printed command, parsed back by the real parser, gives the same config but the schedule."""
+    config = PPOConfig(game="Pong", learning_rate=1e-3, anneal_clip_range=False, value_clip_range=0.1,
+                       name="my-run", worker_steps=16, updates=10, n_workers=2)
+    command = changed_options(config)
+    assert sorted(shlex.split(command)) == sorted(shlex.split(
+        "--game Pong --worker-steps 16 --learning-rate 0.001 --anneal-clip-range false --value-clip-range 0.1 --name my-run"))
+    parsed, _, _ = parse_config([*shlex.split(command), "--total-env-steps", "10000000"], "test", "test")
+    for name, value in config.to_dict().items():
+        if name not in NOT_CARRIED:
+            assert getattr(parsed, name) == value, name

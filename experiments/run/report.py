@@ -35,6 +35,28 @@ def dashboard_page(dashboard: str) -> str:
     return dashboard.split("/api/", 1)[0].rstrip("/")
 
 
+# Not carried into a new, longer run: the schedule (the new run sets its own length), where the
+# run reports (a new run names its dashboard itself) and how games are grouped into processes
+# (chosen from the cores again; grouping changes no number learned).
+NOT_CARRIED = frozenset({"updates", "total_env_steps", "stop_after_env_steps", "dashboard", "data_dir",
+                         "n_workers", "envs_per_worker"})
+
+
+def _option_text(value: Any) -> str:
+    """A config value as the command line reads it back: true/false, none, the number or text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "none" if value is None else shlex.quote(str(value))
+
+
+def changed_options(config: PPOConfig) -> str:
+    """` --game Pong --learning-rate 0.001 …`: the run's settings that differ from the defaults, so
+    that a longer run started from them learns the same thing, only for longer."""
+    defaults = PPOConfig()
+    return "".join(f" --{name.replace('_', '-')} {_option_text(value)}" for name, value in config.to_dict().items()
+                   if name not in NOT_CARRIED and value != getattr(defaults, name))
+
+
 def resume_command(config: PPOConfig, run_uuid: str, dashboard: str | None = None) -> str:
     """The command that continues the run from its last checkpoint. A resume sends to a dashboard
     only when its own command line names one, so the run's dashboard is named again."""
@@ -78,7 +100,7 @@ def next_commands(summary: dict[str, Any], config: PPOConfig, dashboard: str | N
                       f"    {resume_command(config, uuid, dashboard)} --stop-after-env-steps none"]
         else:
             lines += ["  train longer: its schedule is done (the learning rate has decayed to 0); start a longer run:",
-                      f"    {TRAIN} --total-env-steps {max(10_000_000, 2 * summary['env_steps'])}{_data_dir_option(config)}"]
+                      f"    {TRAIN} --total-env-steps {max(10_000_000, 2 * summary['env_steps'])}{changed_options(config)}{_data_dir_option(config)}"]
     if dashboard:
         lines += ["  its charts in the dashboard:", f"    {run_url(dashboard_page(dashboard), uuid)}"]
     else:
