@@ -190,6 +190,12 @@ class PPOConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def non_defaults(self) -> dict[str, Any]:
+        """The fields whose values differ from the defaults: what this run set (its labml overrides,
+        the settings a longer run carries over)."""
+        defaults = PPOConfig().to_dict()
+        return {k: v for k, v in self.to_dict().items() if v != defaults[k]}
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PPOConfig:
         known = {f.name for f in dataclasses.fields(cls)}

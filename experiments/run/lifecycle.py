@@ -262,9 +262,8 @@ class TrainingRun:
         # Values that differ from the defaults are passed as labml's overrides, so the dashboard lists
         # them as this run's explicitly set hyperparameters. A live key goes in as its
         # DynamicHyperParam (already holding the value), so it stays changeable.
-        defaults = PPOConfig().to_dict()
         labml_configs = live.labml_configs(config)
-        changed = {k: labml_configs[k] for k, v in config.to_dict().items() if v != defaults[k]}
+        changed = {k: labml_configs[k] for k in config.non_defaults()}
         if config.dashboard is not None:
             changed["dashboard"] = strip_userinfo(config.dashboard)
         experiment.configs(labml_configs, changed)

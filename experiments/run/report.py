@@ -52,9 +52,8 @@ def _option_text(value: Any) -> str:
 def changed_options(config: PPOConfig) -> str:
     """` --game Pong --learning-rate 0.001 …`: the run's settings that differ from the defaults, so
     that a longer run started from them learns the same thing, only for longer."""
-    defaults = PPOConfig()
-    return "".join(f" --{name.replace('_', '-')} {_option_text(value)}" for name, value in config.to_dict().items()
-                   if name not in NOT_CARRIED and value != getattr(defaults, name))
+    return "".join(f" --{name.replace('_', '-')} {_option_text(value)}" for name, value in config.non_defaults().items()
+                   if name not in NOT_CARRIED)
 
 
 def resume_command(config: PPOConfig, run_uuid: str, dashboard: str | None = None) -> str:
