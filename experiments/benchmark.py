@@ -246,11 +246,14 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
 
 def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, frames: np.ndarray,
                    memory_format: torch.memory_format, generator: torch.Generator, compute_dtype: torch.dtype | None = None,
-                   ) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(one inference step at batch n_envs, one training step at the minibatch size) on a fresh model."""
+                   compiled: bool = False) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(one inference step at batch n_envs, one training step at the minibatch size) on a fresh model;
+    `compiled`: its forward through `torch.compile` (inductor; backward through AOTAutograd)."""
     torch.manual_seed(config.seed)
     model = ActorCritic(n_actions, config.frame_stack, compute_dtype=compute_dtype)
     model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
+    net: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] = (
+        torch.compile(model, dynamic=False) if compiled else model)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
     mb = config.minibatch_size
     x = torch.randint(0, 256, (mb, *frames.shape[1:]), dtype=torch.uint8, generator=generator)
@@ -263,11 +266,11 @@ def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, fram
     def infer() -> None:
         observations = torch.from_numpy(frames).to(device).contiguous(memory_format=memory_format)
         with torch.inference_mode():
-            logits, values = model(observations)
+            logits, values = net(observations)
         logits.cpu(), values.cpu()  # a rollout step needs them on the host
 
     def train() -> None:
-        logits, values = model(x)  # the trainer's own loss, on random targets
+        logits, values = net(x)  # the trainer's own loss, on random targets
         loss = ppo_loss(logits, values, actions, old_log_probs, old_values, targets, targets, clip_range=config.clip_range,
                         value_clip_range=config.clip_range, value_coef=config.value_coef, entropy_coef=config.entropy_coef,
                         normalize_advantages=True)
@@ -280,10 +283,12 @@ def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, fram
 
 
 def measure_network(config: PPOConfig, n_actions: int, device: torch.device, duration: float,
-                    compute_dtype: torch.dtype | None = None) -> dict[str, Any]:
+                    compute_dtype: torch.dtype | None = None, compiled: bool = False) -> dict[str, Any]:
     """Eager ActorCritic alone, all cores: inference at n_envs, training at the minibatch size; in
     fp32 each in contiguous and channels-last memory format, the best of the two reported; with a
-    `compute_dtype` (bf16) also in it, channels-last (the layout oneDNN's bf16 kernels use)."""
+    `compute_dtype` (bf16) also in it, channels-last (the layout oneDNN's bf16 kernels use).
+    `compiled`: the same two steps at the run's precision through `torch.compile` as well, for
+    comparison only (the trainer runs eager); `compile_s` is the time of the first calls."""
     torch.set_num_threads(os.cpu_count() or 1)
     sync = _sync(device)
     warmup = warmup_seconds(duration)
@@ -308,6 +313,14 @@ def measure_network(config: PPOConfig, n_actions: int, device: torch.device, dur
         fmt = torch.channels_last
     else:
         out["infer_sps"], out["train_sps"] = out["infer_sps_fp32"], out["train_sps_fp32"]
+    if compiled:
+        infer, train = _network_steps(config, n_actions, device, frames, fmt, generator, compute_dtype, compiled=True)
+        first = time.perf_counter()
+        for _ in range(2):  # the first call compiles; the second must not (a recompile would show here)
+            infer(), train()
+        out["compile_s"] = time.perf_counter() - first
+        out["infer_sps_compiled"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
+        out["train_sps_compiled"] = timed_rate(train, config.minibatch_size, duration, warmup, sync=sync)["rate"]
     # Inference on one thread: what sampling gets if it leaves the other cores to the workers.
     torch.set_num_threads(1)
     infer, _ = _network_steps(config, n_actions, device, frames, fmt, generator, compute_dtype)
@@ -319,7 +332,8 @@ def measure_network(config: PPOConfig, n_actions: int, device: torch.device, dur
 # ---- the command -------------------------------------------------------------------------------
 
 def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
-                  log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:
+                  log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+                  compiled: bool = False) -> dict[str, Any]:
     device = resolve_device(config.device)
     compute_dtype = resolve_precision(config.precision, device)
     started = time.perf_counter()
@@ -328,8 +342,8 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
     result.update(measure_ale_vector(config, duration))
     log(f"[2/3] {_pool_name(config)} ({config.n_workers} workers × {config.envs_per_worker} envs) and the trainer on {device} …")
     result.update(measure_pool_and_trainer(config, device, duration, warmup_updates))
-    log("[3/3] network alone (pool closed) …")
-    result.update(measure_network(config, result["n_actions"], device, duration, compute_dtype))
+    log("[3/3] network alone (pool closed)" + (", eager then torch.compile" if compiled else "") + " …")
+    result.update(measure_network(config, result["n_actions"], device, duration, compute_dtype, compiled))
 
     result["precision"] = "fp32" if compute_dtype is None else "bf16"
     result["bound_sps"] = bound_sps(result["ale_vector_sps"], result["infer_sps"], result["train_sps"],
@@ -382,6 +396,10 @@ def format_table(r: dict[str, Any]) -> str:
         ("fp32_bound_sps", f"limit from ale/infer/train in fp32 on {r['device']}"),
         ("bound_sps", f"limit from ale/infer/train in {r['precision']} on {r['device']}"),
     ]
+    if "train_sps_compiled" in r:  # --compile
+        rows[7:7] = [("infer_sps_compiled", f"{r['precision']} forward at batch {c['n_envs']}, torch.compile"),
+                     ("train_sps_compiled", f"{r['precision']} fwd+bwd+Adam at minibatch {c['minibatch_size']}, "
+                                            f"torch.compile (compiled in {r['compile_s']:.0f} s)")]
     lines = [f"benchmark {r['date']}  device {r['device']}  cores {r['cpu_count']}  torch {r['torch_version']}",
              f"config: {c['n_workers']} workers × {c['envs_per_worker']} envs, {c['worker_steps']} steps, "
              f"batch {c['batch_size']}, {c['epochs']} epochs × {c['minibatches']} minibatches, precision {r['precision']}",
@@ -405,6 +423,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                            help="seconds timed per measurement, after its warm-up (default: 10)")
         group.add_argument("--warmup-updates", type=int, default=1, metavar="N",
                            help="whole updates run before the trainer's phases are timed (default: 1)")
+        group.add_argument("--compile", action="store_true",
+                           help="also time the network through torch.compile at the run's precision "
+                                "(infer_sps_compiled, train_sps_compiled; the trainer itself runs eager)")
 
     description = "Measure env, network and training-loop speed against this machine's limits."
     config, args, _ = parse_config(argv, prog, description, extra, canonical_game)
@@ -412,7 +433,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         fail(f"--duration {args.duration}: expected a finite number > 0")
     if args.warmup_updates < 0:
         fail(f"--warmup-updates {args.warmup_updates}: expected an integer ≥ 0")
-    result = run_benchmark(config, args.duration, args.warmup_updates)
+    result = run_benchmark(config, args.duration, args.warmup_updates, compiled=args.compile)
     print(format_table(result))
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0

@@ -50,7 +50,8 @@ def test_benchmark_prints_consistent_json_and_leaves_no_process(precision: str) 
         pytest.skip("this CPU has neither AVX512-BF16 nor AMX")
     marker = uuid.uuid4().hex
     before = set(process_table.children(os.getpid()))
-    result = _run([*TINY, "--precision", precision], marker, timeout=600)
+    compile_args = ["--compile"] if precision == "bf16" else []  # one compile (~1 min) in the suite, where it is asked for
+    result = _run([*TINY, "--precision", precision, *compile_args], marker, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert len(lines) > 1, "expected a table before the JSON line"
@@ -88,6 +89,12 @@ def test_benchmark_prints_consistent_json_and_leaves_no_process(precision: str) 
     else:
         assert (data["infer_sps"], data["train_sps"]) == (data["infer_sps_bf16"], data["train_sps_bf16"])
     assert data["infer_sps_1_thread"] > 0
+    compiled_keys = ("infer_sps_compiled", "train_sps_compiled", "compile_s")
+    if compile_args:  # measured beside eager, and shown in the table
+        assert all(isinstance(data[k], float) and data[k] > 0 for k in compiled_keys), {k: data.get(k) for k in compiled_keys}
+        assert "train_sps_compiled" in result.stdout and "torch.compile" in result.stdout
+    else:
+        assert not any(k in data for k in compiled_keys)
 
     # Memory: the trainer and the workers (2 workers + the forkserver) were all measured.
     assert data["trainer_peak_rss_mb"] >= data["trainer_rss_mb"] > 0
