@@ -17,6 +17,10 @@ measurement) and `--warmup-updates`, and measures, in agent steps (samples) per 
                     of it; `fp32_bound_sps` the same limit from the fp32 rates, which a bf16 loop
                     may exceed (`loop_fraction_of_fp32_bound` > 1).
 
+The games are grouped into worker processes as a plain training run groups them on this machine
+(by the usable cores, `configs.ppo.grouped_for_cores`) unless `--n-workers`/`--envs-per-worker`
+say otherwise, so that the default measures the default run.
+
 Measurements run one after another, never overlapping: the vector env is closed before the pool
 starts, and the pool is closed before the network-only numbers. A readable table goes to stdout,
 then, as the last line, one JSON object with every number.
@@ -40,7 +44,7 @@ import torch
 from torch import nn
 
 from configs.cli import OneLineParser, fail, parse_config
-from configs.ppo import PPOConfig
+from configs.ppo import PPOConfig, grouped_for_cores, usable_cores
 from experiments.run import process_table
 from game.atari import canonical_game, gym_id
 from game.vector import EnvPool, game_specs, make_pool
@@ -428,7 +432,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                                 "(infer_sps_compiled, train_sps_compiled; the trainer itself runs eager)")
 
     description = "Measure env, network and training-loop speed against this machine's limits."
-    config, args, _ = parse_config(argv, prog, description, extra, canonical_game)
+    config, args, overrides = parse_config(argv, prog, description, extra, canonical_game)
+    if config.backend == "local" and not {"n_workers", "envs_per_worker"} & overrides.keys():
+        config = grouped_for_cores(config, usable_cores())  # what a plain training run here would run
     if not (math.isfinite(args.duration) and args.duration > 0):
         fail(f"--duration {args.duration}: expected a finite number > 0")
     if args.warmup_updates < 0:
