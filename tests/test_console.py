@@ -27,7 +27,7 @@ from configs.cli import parse_config
 from configs.ppo import PPOConfig, grouped_for_cores
 from experiments.run import console
 from experiments.run.progress import ProgressLine, hms, labml_console_above, progress_text
-from experiments.run.report import NOT_CARRIED, changed_options, next_commands
+from experiments.run.report import NOT_CARRIED, changed_options, next_commands, summary_line
 from ppo.checkpoint import load_checkpoint
 from tests.conftest import REPO, wait_for_file
 
@@ -72,6 +72,19 @@ def summary_of(stdout: str) -> dict:
 
 
 # ---- the parts, in-process -------------------------------------------------------------------
+
+def test_the_summary_names_the_games_the_score_is_over() -> None:
+    # The score is the mean of the last --score-window games (not always 100), or of all of them
+    # while fewer have finished.
+    summary = {"status": "completed", "updates": 97, "env_steps": 99_328, "wall_time_s": 3_725.0, "sps": 26.7,
+               "score_mean_100": 10.25, "games": 1_873}
+    assert summary_line(summary, 97, score_window=10) == (
+        "completed: update 97 of 97 · 99,328 agent steps in 1:02:05 (27 steps/s, start-up included) · "
+        "score 10.2 (mean of the last 10 of 1,873 games)")
+    few = {**summary, "games": 3, "score_mean_100": 2.0}
+    assert summary_line(few, 97, score_window=100).endswith("score 2.0 (mean of the last 3 of 3 games)")
+    assert summary_line({**summary, "games": 0, "score_mean_100": None}, 97, 100).endswith("no game finished yet")
+
 
 def test_times_are_hours_minutes_seconds_and_the_line_says_k_of_n() -> None:
     assert (hms(25), hms(60 * 35 + 20), hms(3723), hms(26 * 3600), hms(None)) == ("0:00:25", "0:35:20", "1:02:03", "26:00:00", "-:--:--")

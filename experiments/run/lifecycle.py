@@ -394,7 +394,7 @@ class TrainingRun:
         elif self.stop.requested:
             say(f"stopped by {self.stop.requested} after update {summary['updates']}"
                 + (f"; its checkpoint: {summary['checkpoint']}" if summary["checkpoint"] else ""))
-        say(summary_line(summary, self.config.last_update))
+        say(summary_line(summary, self.config.last_update, self.config.score_window))
         for line in next_commands(summary, self.config, self._dashboard()):
             say(line)
         return RunResult(path, summary, 1 if self.error is not None else self.stop.exit_code)

@@ -78,9 +78,12 @@ def start_lines(config: PPOConfig, run_uuid: str, run_dir: Path) -> str:
             f"{config.last_update:,} update{'s' if config.last_update > 1 else ''} of {config.batch_size:,} agent steps")
 
 
-def summary_line(summary: dict[str, Any], last_update: int) -> str:
+def summary_line(summary: dict[str, Any], last_update: int, score_window: int) -> str:
+    """`completed: update 97 of 97 · … · score 10.2 (mean of the last 100 of 1,873 games)`; the
+    score is over the run's `--score-window` games (`score_mean_100` is labml's name for it)."""
     score = summary["score_mean_100"]
-    score_text = "no game finished yet" if score is None else f"score {score:.1f} (mean of the last {min(summary['games'], 100)} of {summary['games']:,} games)"
+    score_text = ("no game finished yet" if score is None
+                  else f"score {score:.1f} (mean of the last {min(summary['games'], score_window):,} of {summary['games']:,} games)")
     sps = "" if summary["sps"] is None else f" ({summary['sps']:,.0f} steps/s, start-up included)"
     return (f"{summary['status']}: update {summary['updates']:,} of {last_update:,} · {summary['env_steps']:,} agent steps "
             f"in {hms(summary['wall_time_s'])}{sps} · {score_text}")
