@@ -18,9 +18,10 @@ def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError("device", name, "cpu or auto (no CUDA device here)")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ConfigError("device", name, f"cuda:0 … cuda:{torch.cuda.device_count() - 1}")
+            why = "torch is not compiled with CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ConfigError("device", name, f"auto or cpu on this machine ({why}: torch {torch.__version__})")
+        if device.index is not None and device.index >= (count := torch.cuda.device_count()):
+            raise ConfigError("device", name, f"auto, cpu, cuda or cuda:0 … cuda:{count - 1} ({count} CUDA devices here)")
     return device
 
 

@@ -83,15 +83,7 @@ def check_can_start(config: PPOConfig, run_dir: Path | None = None) -> None:
     """What the config cannot say about this machine, checked before any process starts or any
     file is written: the device exists and has the precision asked for, and the run's folder can be
     created and written. `ConfigError` (one line naming the option) otherwise."""
-    device = config.device
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            why = "torch is not compiled with CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
-            raise ConfigError("device", device, f"auto or cpu on this machine ({why}: torch {torch.__version__})")
-        count = torch.cuda.device_count()
-        if device.startswith("cuda:") and int(device[5:]) >= count:
-            raise ConfigError("device", device, f"auto, cpu, cuda or cuda:0 … cuda:{count - 1} ({count} CUDA devices here)")
-    resolve_precision(config.precision, resolve_device(device))  # bf16 where the hardware has none
+    resolve_precision(config.precision, resolve_device(config.device))  # a missing GPU; bf16 where the hardware has none
     data_dir = config.data_dir
     targets = [Path(data_dir) / config.name] + ([run_dir, run_dir / "checkpoints"] if run_dir is not None else [])
     for target in targets:
