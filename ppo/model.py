@@ -58,7 +58,10 @@ class ActorCritic(nn.Module):
         if self.channels_last:  # reorder the uint8 frames, 4× fewer bytes than after the cast
             observations = observations.contiguous(memory_format=torch.channels_last)
         with torch.autocast(observations.device.type, dtype=self.compute_dtype, enabled=self.compute_dtype is not None):
-            hidden = self.trunk(observations.float() / 255.0)
+            # In bf16 the frames go from uint8 straight to bf16 (0–255 are exact there) and are
+            # scaled in it: bit for bit what scaling in fp32 and letting autocast cast gives
+            # (tests/test_precision.py), without a 4-byte copy of every frame of the minibatch.
+            hidden = self.trunk(observations.to(self.compute_dtype or torch.float32) / 255.0)
             logits, values = self.policy(hidden), self.value(hidden).squeeze(-1)
         return logits.float(), values.float()
 

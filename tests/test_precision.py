@@ -97,6 +97,31 @@ def test_bf16_outputs_are_fp32_and_close_to_fp32(batch: dict[str, torch.Tensor])
     torch.testing.assert_close(v16, v32, atol=2e-2, rtol=2e-2)
 
 
+@needs_bf16
+def test_frames_cast_straight_to_bf16_give_the_numbers_of_scaling_in_fp32(batch: dict[str, torch.Tensor]) -> None:
+    # The model scales uint8 frames in bf16; autocast would have cast fp32-scaled frames to the
+    # same bf16 values (every one of the 256 levels rounds alike), so outputs and gradients must be
+    # bit for bit those of the fp32-scaled path: the learning measured before the change stands.
+    torch.manual_seed(2)
+    model = ActorCritic(4, 4, channels_last=True, compute_dtype=torch.bfloat16)
+    x = batch["observations"].contiguous(memory_format=torch.channels_last)
+
+    def through_fp32_scaling() -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = model.trunk(x.float() / 255.0)
+            return model.policy(hidden).float(), model.value(hidden).squeeze(-1).float()
+
+    results = []
+    for forward in (lambda: model(x), through_fp32_scaling):
+        model.zero_grad(set_to_none=True)
+        logits, values = forward()
+        (logits.logsumexp(-1).sum() + values.square().sum()).backward()
+        results.append((logits.detach(), values.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (l_model, v_model, g_model), (l_ref, v_ref, g_ref) = results
+    assert torch.equal(l_model, l_ref) and torch.equal(v_model, v_ref)
+    assert len(g_model) == len(g_ref) == 12 and all(torch.equal(a, b) for a, b in zip(g_model, g_ref, strict=True))
+
+
 def test_precision_names_and_where_bf16_is_refused() -> None:
     assert resolve_precision("fp32", CPU) is None and resolve_precision("auto", CPU) is None
     with pytest.raises(ConfigError, match=r"precision.*auto, fp32 or bf16"):
