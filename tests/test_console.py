@@ -132,7 +132,9 @@ def test_a_short_run_shows_its_progress_then_a_summary_and_commands_that_work(cl
     assert "\r" not in result.stderr  # not a terminal: whole lines only
     assert lines[0] == f"breakout run {summary['run_uuid']} in {summary['run_dir']}"
     cores = len(os.sched_getaffinity(0))
-    assert lines[1] == f"2 games in 2 worker processes ({cores} usable core{'s' if cores > 1 else ''}) · 3 updates of 32 agent steps"
+    assert lines[1] == (f"2 games in 2 worker processes ({cores} usable core{'s' if cores > 1 else ''}) · 3 updates of 32 agent steps"
+                        " · network in fp32 (auto)")
+    assert summary["precision"] == "fp32"
     progress = [line for line in lines if line.startswith("update ")]
     assert [line.split(" · ")[0] for line in progress] == ["update 1/3 (33.3%)", "update 3/3 (100.0%)"]
     assert re.fullmatch(r"update 3/3 \(100\.0%\) · elapsed \d+:\d\d:\d\d · ETA 0:00:00 · score \S+ · 96 agent steps · [\d,]+ steps/s", progress[-1])
@@ -264,7 +266,8 @@ def test_on_one_core_the_8_games_run_in_one_process(cli, tmp_path: Path) -> None
                              "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--data-dir", str(tmp_path)],
                             cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "8 games in 1 worker process of 8 (1 usable core) · 1 update of 128 agent steps" in result.stderr.splitlines()
+    assert any(line.startswith("8 games in 1 worker process of 8 (1 usable core) · 1 update of 128 agent steps · network in ")
+               for line in result.stderr.splitlines()), result.stderr
     summary = summary_of(result.stdout)
     config = load_checkpoint(Path(summary["checkpoint"]))["config"]
     assert (config["n_workers"], config["envs_per_worker"], summary["env_steps"]) == (1, 8, 8 * 16)

@@ -37,7 +37,7 @@ from game.atari import is_known_game, make_ale_env
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
 from ppo.checkpoint import check_fits as check_model_fits
-from ppo.devices import resolve_device, resolve_precision
+from ppo.devices import precision_label, resolve_device, resolve_precision
 from ppo.evaluation import record_training_video
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
@@ -202,7 +202,7 @@ class TrainingRun:
         device = resolve_device(config.device)
         live = self._start_labml()
         self.run_uuid = experiment.get_uuid()
-        say(start_lines(config, self.run_uuid, self.run_dir))
+        say(start_lines(config, self.run_uuid, self.run_dir, precision_label(config.precision, device)))
         seeds = derive_seeds(config.seed, config.n_envs)
         with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
             trainer = Trainer(config, pool, seeds, device, live.values, on_event=say)
@@ -355,6 +355,7 @@ class TrainingRun:
             "score_mean_100": trainer.score_mean(),
             "games": trainer.games,
             "worker_restarts": trainer.worker_restarts,
+            "precision": "fp32" if trainer.model.compute_dtype is None else "bf16",  # what `auto` became here
             "sps": (trainer.env_steps - first_steps) / elapsed if trainer.update > first_update else None,
             "wall_time_s": elapsed,
             "checkpoint": str(checkpoint) if checkpoint else None,

@@ -68,14 +68,16 @@ def evaluate_command(config: PPOConfig, run_uuid: str, run_dir: Path) -> str:
     return f"{EVALUATE} --run {run_uuid}{_data_dir_option(config)} --games 10 --video {video}"
 
 
-def start_lines(config: PPOConfig, run_uuid: str, run_dir: Path) -> str:
-    """`breakout run 6f1c… in runs/breakout/6f1c…` and how the games are grouped into processes."""
+def start_lines(config: PPOConfig, run_uuid: str, run_dir: Path, precision: str) -> str:
+    """`breakout run 6f1c… in runs/breakout/6f1c…`, how the games are grouped into processes, and
+    the network's arithmetic (`precision`: `ppo.devices.precision_label`)."""
     cores = usable_cores()
     processes = f"{config.n_workers} worker process{'es' if config.n_workers > 1 else ''}"
     per_worker = f" of {config.envs_per_worker}" if config.envs_per_worker > 1 else ""
     return (f"{config.name} run {run_uuid} in {run_dir}\n"
             f"{config.n_envs} games in {processes}{per_worker} ({cores} usable core{'s' if cores > 1 else ''}) · "
-            f"{config.last_update:,} update{'s' if config.last_update > 1 else ''} of {config.batch_size:,} agent steps")
+            f"{config.last_update:,} update{'s' if config.last_update > 1 else ''} of {config.batch_size:,} agent steps · "
+            f"network in {precision}")
 
 
 def summary_line(summary: dict[str, Any], last_update: int, score_window: int) -> str:
