@@ -14,7 +14,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,6 +248,15 @@ def grouped_for_cores(config: PPOConfig, cores: int) -> PPOConfig:
     games = config.n_envs
     workers = max(d for d in range(1, min(games, max(cores, 1)) + 1) if games % d == 0)
     return dataclasses.replace(config, n_workers=workers, envs_per_worker=games // workers)
+
+
+def grouped_unless_chosen(config: PPOConfig, overrides: Mapping[str, Any]) -> PPOConfig:
+    """`config` with its games grouped by this machine's usable cores (`grouped_for_cores`), unless
+    the command line (`overrides`) chose the grouping or the games run as Ray actors: what a plain
+    training run does, and so what the benchmark measures by default."""
+    if config.backend != "local" or {"n_workers", "envs_per_worker"} & overrides.keys():
+        return config
+    return grouped_for_cores(config, usable_cores())
 
 
 class ConfigError(ValueError):

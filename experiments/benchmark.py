@@ -18,7 +18,7 @@ measurement) and `--warmup-updates`, and measures, in agent steps (samples) per 
                     may exceed (`loop_fraction_of_fp32_bound` > 1).
 
 The games are grouped into worker processes as a plain training run groups them on this machine
-(by the usable cores, `configs.ppo.grouped_for_cores`) unless `--n-workers`/`--envs-per-worker`
+(by the usable cores, `configs.ppo.grouped_unless_chosen`) unless `--n-workers`/`--envs-per-worker`
 say otherwise, so that the default measures the default run.
 
 Measurements run one after another, never overlapping: the vector env is closed before the pool
@@ -44,11 +44,11 @@ import torch
 from torch import nn
 
 from configs.cli import OneLineParser, fail, parse_config
-from configs.ppo import PPOConfig, grouped_for_cores, usable_cores
+from configs.ppo import PPOConfig, grouped_unless_chosen
 from experiments.run import process_table
 from game.atari import canonical_game, gym_id
 from game.vector import EnvPool, game_specs, make_pool
-from ppo.devices import resolve_device, resolve_precision
+from ppo.devices import precision_of, resolve_device, resolve_precision
 from ppo.losses import ppo_loss
 from ppo.model import ActorCritic
 from ppo.seeding import derive_seeds
@@ -349,7 +349,7 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
     log("[3/3] network alone (pool closed)" + (", eager then torch.compile" if compiled else "") + " …")
     result.update(measure_network(config, result["n_actions"], device, duration, compute_dtype, compiled))
 
-    result["precision"] = "fp32" if compute_dtype is None else "bf16"
+    result["precision"] = precision_of(compute_dtype)
     result["bound_sps"] = bound_sps(result["ale_vector_sps"], result["infer_sps"], result["train_sps"],
                                     config.epochs, device.type)
     result["fp32_bound_sps"] = bound_sps(result["ale_vector_sps"], result["infer_sps_fp32"], result["train_sps_fp32"],
@@ -433,8 +433,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
     description = "Measure env, network and training-loop speed against this machine's limits."
     config, args, overrides = parse_config(argv, prog, description, extra, canonical_game)
-    if config.backend == "local" and not {"n_workers", "envs_per_worker"} & overrides.keys():
-        config = grouped_for_cores(config, usable_cores())  # what a plain training run here would run
+    config = grouped_unless_chosen(config, overrides)  # what a plain training run here would run
     if not (math.isfinite(args.duration) and args.duration > 0):
         fail(f"--duration {args.duration}: expected a finite number > 0")
     if args.warmup_updates < 0:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from configs.cli import OneLineParser, fail, parse_config
-from configs.ppo import ConfigError, grouped_for_cores, usable_cores
+from configs.ppo import ConfigError, grouped_unless_chosen
 from experiments.run.console import say
 from experiments.run.lifecycle import TrainingRun, check_can_start, resume_config
 from game.atari import canonical_game
@@ -28,9 +28,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     try:
         if args.resume is not None:
             config, resume = resume_config(Path(config.data_dir), args.resume, overrides)
-        elif config.backend == "local" and not {"n_workers", "envs_per_worker"} & overrides.keys():
-            # Not chosen on the command line: the games in one process per usable core.
-            config = grouped_for_cores(config, usable_cores())
+        else:  # unless chosen on the command line: the games in one process per usable core
+            config = grouped_unless_chosen(config, overrides)
         check_can_start(config)  # the device exists, the run folder can be written: before anything starts
     except (ConfigError, CheckpointError) as e:
         fail(str(e))

@@ -53,7 +53,12 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16
 
 
+def precision_of(compute_dtype: torch.dtype | None) -> str:
+    """The name of what a network computes in, from its autocast dtype (`resolve_precision`)."""
+    return "fp32" if compute_dtype is None else "bf16"
+
+
 def precision_label(name: str, device: torch.device) -> str:
-    """What `--precision name` runs as on `device`, for people: `bf16`, `fp32`, `bf16 (auto)`."""
-    resolved = "fp32" if resolve_precision(name, device) is None else "bf16"
+    """What `--precision name` runs as on `device`, for people: `bf16`, `fp32`, `fp32 (auto)`."""
+    resolved = precision_of(resolve_precision(name, device))
     return f"{resolved} (auto)" if name == "auto" else resolved

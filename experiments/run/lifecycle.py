@@ -37,7 +37,7 @@ from game.atari import is_known_game, make_ale_env
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
 from ppo.checkpoint import check_fits as check_model_fits
-from ppo.devices import precision_label, resolve_device, resolve_precision
+from ppo.devices import precision_label, precision_of, resolve_device, resolve_precision
 from ppo.evaluation import record_training_video
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
@@ -355,7 +355,7 @@ class TrainingRun:
             "score_mean_100": trainer.score_mean(),
             "games": trainer.games,
             "worker_restarts": trainer.worker_restarts,
-            "precision": "fp32" if trainer.model.compute_dtype is None else "bf16",  # what `auto` became here
+            "precision": precision_of(trainer.model.compute_dtype),  # what `auto` became here
             "sps": (trainer.env_steps - first_steps) / elapsed if trainer.update > first_update else None,
             "wall_time_s": elapsed,
             "checkpoint": str(checkpoint) if checkpoint else None,
