@@ -54,6 +54,7 @@ def device_name(v: Any) -> str | None:
 
 PRECISIONS = ("auto", "fp32", "bf16")
 BACKENDS = ("local", "ray", "serial")
+RELAUNCHES = ("fire", "noop-fire-right")  # game.atari.RELAUNCHES, spelled here too: configs imports nothing of ours (a test keeps them equal)
 
 
 def precision_name(v: Any) -> str | None:
@@ -96,7 +97,9 @@ class PPOConfig:
     game: str = hp("Breakout", "ALE game name (Pong, Seaquest, …; any case) or gymnasium id; always no frame-skip, no sticky actions",
                    not_empty, metavar="GAME")
     noop_max: int = hp(30, "up to this many random no-op frames after each reset (Mnih et al. 2015)", non_negative)
-    fire_on_reset: bool = hp(True, "press FIRE after reset and after each lost life, so the agent cannot learn to stall")
+    fire_on_reset: bool = hp(True, "launch the ball after reset and after each lost life, so the agent cannot learn to stall")
+    relaunch: str = hp("fire", "how: fire, or noop-fire-right as SB3's AtariWrapper (NOOP, FIRE, RIGHT after a lost "
+                               "life; FIRE, RIGHT after a reset)", one_of(*RELAUNCHES), metavar=braced(RELAUNCHES))
     terminal_on_life_loss: bool = hp(True, "a lost life ends the learner's episode (Mnih et al. 2015); the game goes on")
     reset_stack_on_life_loss: bool = hp(False, "after a lost life, fill the frame stack with the relaunch frame, as after a reset "
                                                "(baselines/SB3 zero it); off: the stack keeps the last life's frames")
@@ -209,7 +212,7 @@ class PPOConfig:
 # Every field is in exactly one section (`section_of` raises for one left out, so a new field
 # cannot silently miss the command line).
 SECTIONS: dict[str, tuple[str, ...]] = {
-    "the game and its preprocessing": ("game", "noop_max", "fire_on_reset", "terminal_on_life_loss", "reset_stack_on_life_loss",
+    "the game and its preprocessing": ("game", "noop_max", "fire_on_reset", "relaunch", "terminal_on_life_loss", "reset_stack_on_life_loss",
                                        "clip_rewards", "frame_skip", "frame_stack", "max_episode_frames"),
     "batch and schedule": ("n_workers", "envs_per_worker", "worker_steps", "total_env_steps", "stop_after_env_steps", "updates",
                            "epochs", "minibatches"),

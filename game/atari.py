@@ -28,6 +28,13 @@ ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner per emul
 
 FRAME_SIZE = 84
 
+# How a ball is launched (when `fire_on_reset`), one agent step per action:
+#   "fire":            FIRE after reset and after a lost life (one step);
+#   "noop-fire-right": SB3's AtariWrapper and baselines' wrap_deepmind: after a lost life a NOOP step (their
+#                      EpisodicLifeEnv's reset), then FIRE, then RIGHT (FireResetEnv presses
+#                      actions 1 and 2); after a reset FIRE, RIGHT.
+RELAUNCHES = ("fire", "noop-fire-right")
+
 
 @dataclass(frozen=True)
 class GameSpec:
@@ -36,7 +43,8 @@ class GameSpec:
     game: str = "Breakout"  # ALE game name ("Pong") or a full gymnasium id ("ALE/Pong-v5")
     seed: int = 0  # seeds the emulator and the no-op draws
     noop_max: int = 30  # up to this many raw no-op frames after each reset
-    fire_on_reset: bool = True  # press FIRE after reset and after each lost life
+    fire_on_reset: bool = True  # launch the ball after reset and after each lost life
+    relaunch: str = "fire"  # how it is launched: one of RELAUNCHES
     terminal_on_life_loss: bool = True  # learner sees a life loss as an episode end
     reset_stack_on_life_loss: bool = False  # after a lost life the stack restarts from the relaunch frame
     clip_rewards: bool = True  # learner's reward is sign(reward)
@@ -100,6 +108,25 @@ def is_known_game(game: str) -> bool:
     return spec.entry_point == "ale_py.env:AtariEnv"
 
 
+def action_meanings(game: str) -> list[str]:
+    """The game's minimal action set by name (`Breakout`: NOOP, FIRE, RIGHT, LEFT)."""
+    env = make_ale_env(game)
+    try:
+        return list(env.unwrapped.get_action_meanings())  # type: ignore[attr-defined]
+    finally:
+        env.close()
+
+
+def relaunch_refusal(meanings: list[str], relaunch: str, game: str) -> str | None:
+    """None when a game with these actions can launch its ball the `relaunch` way; otherwise
+    what is accepted, for a one-line refusal (checked before a run starts, and by `Game`)."""
+    if relaunch not in RELAUNCHES:
+        return f"one of {', '.join(RELAUNCHES)}"
+    if relaunch == "noop-fire-right" and "FIRE" in meanings and "RIGHT" not in meanings:
+        return f"fire: {game} has no RIGHT action ({', '.join(meanings)})"
+    return None
+
+
 def canonical_game(game: str) -> str | None:
     """`game` spelled as the ALE spells it, whatever its case (`pong` → `Pong`, `ale/pong-v5` →
     `ALE/Pong-v5`), or None when no ALE game has that name. A short name stays short: it is what
@@ -128,8 +155,8 @@ class Game:
         self._actions = list(ale_env._action_set)  # agent index -> ALE action
         meanings = ale_env.get_action_meanings()
         self.action_meanings: list[str] = meanings
-        self._fire = self._actions[meanings.index("FIRE")] if "FIRE" in meanings else None
         self._noop = self._actions[meanings.index("NOOP")]
+        self._launch_after_reset, self._launch_after_life = self._launches(meanings)
         self._rng = np.random.default_rng(spec.seed)
 
         shape = (spec.frame_stack, FRAME_SIZE, FRAME_SIZE)
@@ -147,6 +174,19 @@ class Game:
         # observation cannot give. Set it to film; while None the screen is never read.
         self.on_frame: FrameObserver | None = None
         self.reset()
+
+    def _launches(self, meanings: list[str]) -> tuple[list[Any], list[Any]]:
+        """The ALE actions pressed after a reset and after a lost life (each one agent step)."""
+        refusal = relaunch_refusal(meanings if self.spec.fire_on_reset else [], self.spec.relaunch, self.spec.game)
+        if refusal is not None:
+            raise ValueError(f"relaunch: {self.spec.relaunch!r}: expected {refusal}")
+        if not self.spec.fire_on_reset or "FIRE" not in meanings:
+            return [], []
+        fire = self._actions[meanings.index("FIRE")]
+        if self.spec.relaunch == "fire":
+            return [fire], [fire]
+        right = self._actions[meanings.index("RIGHT")]
+        return [fire, right], [self._noop, fire, right]
 
     @property
     def n_actions(self) -> int:
@@ -193,7 +233,7 @@ class Game:
         return reward
 
     def reset(self) -> np.ndarray:
-        """Start a new game: random no-ops, FIRE, and a stack filled with the first frame."""
+        """Start a new game: random no-ops, the launch, and a stack filled with the first frame."""
         self._ale.reset_game()
         if self.spec.noop_max > 0:
             for _ in range(int(self._rng.integers(1, self.spec.noop_max + 1))):
@@ -204,7 +244,10 @@ class Game:
         self._length = 0
         self._lives = self._ale.lives()
         # `step` resets by itself at game over: `new_game` tells an observer this frame opens the next game.
-        self._score += self._repeat(self._fire if (self.spec.fire_on_reset and self._fire is not None) else self._noop, new_game=True)
+        launch = self._launch_after_reset or [self._noop]  # at least one step: the stack needs a frame
+        self._score += self._repeat(launch[0], new_game=True)
+        for action in launch[1:]:
+            self._score += self._repeat(action)
         self.observation[:-1] = self.observation[-1]
         self._lives = self._ale.lives()
         return self.observation
@@ -217,12 +260,15 @@ class Game:
         lives = self._ale.lives()
         life_lost = lives < self._lives
         self._lives = lives
-        if life_lost and not game_over and self.spec.fire_on_reset and self._fire is not None:
+        if life_lost and not game_over:
             # Relaunch the ball; its reward (none in Breakout) still counts towards the score.
-            extra = self._repeat(self._fire)
-            self._score += extra
-            raw_reward += extra
-            game_over = self._ale.game_over(with_truncation=False)
+            for ale_action in self._launch_after_life:
+                extra = self._repeat(ale_action)
+                self._score += extra
+                raw_reward += extra
+                game_over = self._ale.game_over(with_truncation=False)
+                if game_over:
+                    break
             self._lives = self._ale.lives()
         if life_lost and not game_over and self.spec.reset_stack_on_life_loss:
             # The learner's episode ended: its next one must not see the last life's frames.

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from game.atari import Game, GameSpec, is_known_game
+from configs import ppo as configs_ppo
+from game.atari import RELAUNCHES, Game, GameSpec, is_known_game
 
 NOOP, FIRE, RIGHT, LEFT = 0, 1, 2, 3
 
@@ -82,6 +83,36 @@ def test_fire_launches_the_ball_after_reset_and_after_each_life() -> None:
     idle = Game(GameSpec(seed=5, fire_on_reset=False))
     assert not any(idle.step(NOOP).terminal for _ in range(300))
     assert idle.lives == 5
+
+
+def test_the_sb3_relaunch_presses_noop_fire_right_after_a_lost_life_and_fire_right_after_reset() -> None:
+    # Counted in emulator frames, 4 per agent step. After a reset with no no-ops: FIRE = 4 frames;
+    # FIRE, RIGHT = 8. A lost life then costs the losing step's 4 frames plus the relaunch:
+    # FIRE = 4 more, NOOP, FIRE, RIGHT = 12 more.
+    for relaunch, after_reset, after_life in (("fire", 4, 4), ("noop-fire-right", 8, 12)):
+        game = Game(GameSpec(seed=5, noop_max=0, relaunch=relaunch))
+        assert game.frame_number == after_reset
+        lives = game.lives
+        steps = 0
+        while game.lives == lives:
+            result = game.step(NOOP)
+            steps += 1
+        assert result.terminal and result.episode is None and game.lives == lives - 1
+        assert game.frame_number == after_reset + 4 * steps + after_life, relaunch
+    # RIGHT moves the paddle: the two relaunches leave different screens from the same game.
+    fire, sb3 = (Game(GameSpec(seed=5, noop_max=0, relaunch=r)) for r in RELAUNCHES)
+    assert not np.array_equal(fire.observation[-1], sb3.observation[-1])
+
+
+def test_a_relaunch_the_game_cannot_press_is_refused_by_name() -> None:
+    # Atlantis has FIRE but no RIGHT (NOOP, FIRE, RIGHTFIRE, LEFTFIRE).
+    with pytest.raises(ValueError, match=r"relaunch: 'noop-fire-right': expected fire: Atlantis has no RIGHT action \(NOOP, FIRE, RIGHTFIRE, LEFTFIRE\)"):
+        Game(GameSpec(game="Atlantis", relaunch="noop-fire-right"))
+    assert Game(GameSpec(game="Atlantis", relaunch="noop-fire-right", fire_on_reset=False)).frame_number > 0  # nothing to press: nothing refused
+    with pytest.raises(ValueError, match="relaunch: 'sideways': expected one of fire, noop-fire-right"):
+        Game(GameSpec(relaunch="sideways"))
+    # configs spells the choices too (it imports nothing of ours): the two must agree.
+    assert configs_ppo.RELAUNCHES == RELAUNCHES
 
 
 def test_random_noops_at_reset() -> None:

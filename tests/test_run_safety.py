@@ -352,6 +352,15 @@ def test_a_device_this_machine_lacks_is_one_line_before_anything_starts(cli, tmp
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_relaunch_the_game_cannot_press_is_one_line_before_anything_starts(cli, tmp_path: Path) -> None:
+    # Atlantis has FIRE but no RIGHT: without this check every worker would raise at start.
+    result = cli.run("experiments.breakout", "--game", "atlantis", "--relaunch", "noop-fire-right", "--updates", "1", *TINY,
+                     "--data-dir", str(tmp_path))
+    _refused_before_anything_started(cli, result, "error: --relaunch noop-fire-right: expected fire: Atlantis has no RIGHT action "
+                                                  "(NOOP, FIRE, RIGHTFIRE, LEFTFIRE)")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_read_only_data_dir_is_one_line_before_anything_starts(cli, tmp_path: Path) -> None:
     with read_only_folder(tmp_path / "ro") as folder:
         result = cli.run("experiments.breakout", "--updates", "1", *TINY, "--data-dir", str(folder / "runs"))
