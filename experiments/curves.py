@@ -65,11 +65,17 @@ def build_curve(label: str, run_dirs: Sequence[Path], steps: np.ndarray, window:
 
 
 def run_span(run_dirs: Sequence[Path]) -> int:
-    """The fewest agent steps any of the runs took: its summary.json's `env_steps`, or where there
-    is none (a run still going, a crashed one), the end of its last game."""
+    """The fewest agent steps any of the runs covers: its summary.json's `env_steps`, or its
+    schedule's length when it ran to the schedule's end (a 1M schedule in batches of 1,024 ends at
+    999,424 steps; its last games are its score at 1M). Where there is no summary (a run still
+    going, a crashed one), the end of its last game."""
     def steps(run_dir: Path) -> int:
         try:
-            return int(json.loads((run_dir / "summary.json").read_text())["env_steps"])
+            summary = json.loads((run_dir / "summary.json").read_text())
+            covered = int(summary["env_steps"])
+            if summary.get("schedule_ended") is True:
+                covered = max(covered, int(summary["schedule_env_steps"]))
+            return covered
         except (OSError, ValueError, KeyError, TypeError):
             return max((g.env_step for g in read_games(run_dir / "games.csv")), default=0)
     return min(steps(d) for d in run_dirs)

@@ -49,16 +49,18 @@ def test_a_malformed_games_csv_names_the_file_and_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_resumed_run_writes_the_same_games_csv_as_an_uninterrupted_one(cli, tmp_path: Path) -> None:
-    whole = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "2048", "--data-dir", str(tmp_path / "whole"))
+    # A schedule of 2,100 agent steps in batches of 256 is 8 updates, ending at 2,048.
+    whole = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "2100", "--data-dir", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr[-3000:]
-    first = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "2048", "--stop-after-env-steps", "1024",
+    first = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "2100", "--stop-after-env-steps", "1024",
                     "--data-dir", str(tmp_path / "parts"))
     assert first.returncode == 0, first.stderr[-3000:]
     part = summary_of(first.stdout)
-    assert part["updates"] == 4 and part["env_steps"] == 1024
+    assert (part["updates"], part["env_steps"], part["schedule_env_steps"], part["schedule_ended"]) == (4, 1024, 2100, False)
     rest = cli.run("experiments.breakout", "--resume", part["run_uuid"], "--stop-after-env-steps", "none", "--data-dir", str(tmp_path / "parts"))
     assert rest.returncode == 0, rest.stderr[-3000:]
-    assert summary_of(rest.stdout)["updates"] == 8
+    ended = summary_of(rest.stdout)
+    assert (ended["updates"], ended["env_steps"], ended["schedule_env_steps"], ended["schedule_ended"]) == (8, 2048, 2100, True)
 
     expected = read_games(Path(summary_of(whole.stdout)["run_dir"]) / "games.csv")
     resumed = read_games(Path(part["run_dir"]) / "games.csv")
@@ -93,6 +95,25 @@ def assert_plot_drawn(path: Path) -> None:
     # matplotlib's first line colour (tab:blue, #1f77b4) must be there: the curve, not just axes.
     blue = np.abs(pixels - np.array([0x1F, 0x77, 0xB4]) / 255).max(-1) < 0.02
     assert blue.sum() > 100
+
+
+def test_a_run_that_ended_its_schedule_is_read_at_the_schedules_end(cli, tmp_path: Path) -> None:
+    # A 1M schedule in batches of 1,024 ends at 999,424 steps: its last games are its score "at 1M".
+    # Here a schedule of 400 steps ended at 384; another run was stopped at 384 on the way.
+    for name, ended in (("ended", True), ("stopped", False)):
+        run = tmp_path / name / "seed1"
+        with GamesCsv(run / "games.csv", keep=0) as games:
+            games.append([(100, 1, 1.0, 10, False), (200, 2, 3.0, 10, False), (384, 3, 8.0, 10, False)])
+        (run / "summary.json").write_text(json.dumps({"env_steps": 384, "schedule_env_steps": 400, "schedule_ended": ended}))
+    ended = cli.run("experiments.curves", "--runs", f"ended={tmp_path / 'ended'}", "--grid", "100", "--window", "2",
+                    "--budgets", "400", "--out", str(tmp_path / "out-ended"))
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    # at 400 the last two games, 3 and 8: 5.5 on its one seed.
+    assert "| 400 | **5.5** ± 0.0 (5.5) |" in ended.stdout
+    stopped = cli.run("experiments.curves", "--runs", f"stopped={tmp_path / 'stopped'}", "--grid", "100", "--window", "2",
+                      "--budgets", "400", "--out", str(tmp_path / "out-stopped"))
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert "| 400 | – |" in stopped.stdout  # 384 steps of a longer schedule say nothing about 400
 
 
 def test_curves_reads_existing_runs(cli, tmp_path: Path) -> None:
