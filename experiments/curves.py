@@ -123,7 +123,8 @@ def plot(curves: Sequence[Curve], path: Path, title: str) -> None:
         with warnings.catch_warnings():  # a step where no seed has finished a game yet is simply not drawn
             warnings.simplefilter("ignore", RuntimeWarning)
             mean, low, high = np.nanmean(c.scores, 0), np.nanmin(c.scores, 0), np.nanmax(c.scores, 0)
-        line, = axes.plot(c.steps, mean, label=f"{c.label} (mean of {len(c.runs)} seeds)")
+        seeds = f"mean of {len(c.runs)} seeds" if len(c.runs) > 1 else "1 seed"
+        line, = axes.plot(c.steps, mean, label=f"{c.label} ({seeds})")
         axes.fill_between(c.steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     axes.set_xlabel("agent steps")
     axes.set_ylabel(f"full-game score, mean of last {title}")
