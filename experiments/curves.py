@@ -21,6 +21,7 @@ import glob
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import warnings
@@ -137,8 +138,17 @@ def plot(curves: Sequence[Curve], path: Path, title: str) -> None:
 
 # ---- running seeds ----------------------------------------------------------------------------
 
-def train_seed(side: str, seed: int, args: argparse.Namespace, extra: Sequence[str]) -> Path:
-    """Run one seed of the project or the peer to the budget; returns its run folder."""
+@dataclass(frozen=True)
+class SeedRun:
+    """One seed of one side to train: the command, and the folder its run goes in."""
+
+    side: str
+    seed: int
+    out: Path
+    command: tuple[str, ...]
+
+
+def seed_run(side: str, seed: int, args: argparse.Namespace, extra: Sequence[str]) -> SeedRun:
     out = Path(args.out) / "runs" / side / f"seed{seed}"
     if side == "project":
         command = [sys.executable, "-m", "experiments.breakout", "--seed", str(seed), "--total-env-steps", str(args.total_env_steps),
@@ -146,16 +156,78 @@ def train_seed(side: str, seed: int, args: argparse.Namespace, extra: Sequence[s
     else:
         command = [sys.executable, "-m", "experiments.peer_sb3", "--seed", str(seed), "--total-env-steps", str(args.total_env_steps),
                    "--stop-after-env-steps", str(args.budget), "--run-dir", str(out)]
-    print(f"curves: {side} seed {seed}: {' '.join(command[1:])}", flush=True)
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()  # the run ends with its next commands: name its error
-        last = ([line for line in lines if line.startswith("error:")] or lines or ["(no output)"])[-1]
-        fail(f"{side} seed {seed} exited with {done.returncode}: {last}")
-    found = sorted(out.rglob("games.csv"))
-    if not found:
-        fail(f"{side} seed {seed} wrote no games.csv under {out}")
-    return found[-1].parent
+    return SeedRun(side, seed, out, tuple(command))
+
+
+def _die_with_parent() -> None:
+    """In a run's process, before it starts: SIGTERM when curves ends, however it ends (even by
+    SIGKILL), so a run never outlives the command that started it. The run stops at its next
+    update and checkpoints, as after Ctrl-C."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+def train_seeds(runs: Sequence[SeedRun], jobs: int) -> list[Path]:
+    """Train the runs, `jobs` at a time; each run's folder, in the order given.
+
+    Each run has its own session, so a Ctrl-C or SIGTERM reaches it once, from here: curves passes
+    on every SIGINT and SIGTERM it gets (the first stops each run at its next update, checkpointed
+    and resumable; a second stops it at once), waits for the runs to end, and exits. A run that
+    fails stops the others the same way. Each run's stderr goes to `stderr.log` in its folder.
+    """
+    pending: list[SeedRun] = list(runs)
+    going: dict[subprocess.Popen[bytes], SeedRun] = {}
+    signals: list[int] = []
+    failure: str | None = None
+
+    def stop_all(signum: int, _frame: object = None) -> None:
+        signals.append(signum)
+        for process in going:
+            process.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, stop_all) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while pending or going:
+            while pending and len(going) < jobs and not signals and failure is None:
+                run = pending.pop(0)
+                run.out.mkdir(parents=True, exist_ok=True)
+                print(f"curves: {run.side} seed {run.seed}: {' '.join(run.command[1:])}", flush=True)
+                with (run.out / "stderr.log").open("w") as log:
+                    going[subprocess.Popen(run.command, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+                                           preexec_fn=_die_with_parent)] = run
+            if not going:
+                break
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)  # until some run ends (left for poll() to reap)
+            for process in [p for p in going if p.poll() is not None]:
+                run = going.pop(process)
+                if process.returncode != 0 and failure is None and not signals:
+                    failure = f"{run.side} seed {run.seed} exited with {process.returncode}: {_error_line(run.out / 'stderr.log')}"
+                    stop_all(signal.SIGTERM)
+                    signals.clear()  # the failure is what ends this command, not a signal
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if signals:
+        print(f"curves: stopped by {signal.Signals(signals[0]).name}; each run stopped at a checkpoint "
+              f"(resume one with python -m experiments.breakout --resume UUID --data-dir ITS_FOLDER)", file=sys.stderr)
+        sys.exit(128 + signals[0])
+    if failure is not None:
+        fail(failure)
+    return [_run_folder(run) for run in runs]
+
+
+def _error_line(log: Path) -> str:
+    """A failed run's error: its `error:` line (a run ends with its next commands), else its last line."""
+    lines = log.read_text(errors="replace").strip().splitlines()
+    return ([line for line in lines if line.startswith("error:")] or lines or ["(no output)"])[-1]
+
+
+def _run_folder(run: SeedRun) -> Path:
+    games = sorted(run.out.rglob("games.csv"))
+    if not games:
+        fail(f"{run.side} seed {run.seed} wrote no games.csv under {run.out}")
+    return games[-1].parent
 
 
 def parse_runs(specs: Sequence[str]) -> dict[str, list[Path]]:
@@ -185,6 +257,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parser.add_argument("--budget", type=int, default=500_000, metavar="INT", help="agent steps each seed is trained for (default: 500000)")
     parser.add_argument("--peer", choices=["none", "sb3"], default="none",
                         help="also train SB3 PPO, rl-zoo Atari settings (pip install -e .[compare]) (default: none)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="INT",
+                        help="runs trained at once (default: 1). Each run uses its own worker processes: on a machine with "
+                             "C cores give each about C / jobs of them (--n-workers, --envs-per-worker, --torch-threads)")
     parser.add_argument("--window", type=int, default=100, metavar="INT", help="games averaged for a score (default: 100)")
     parser.add_argument("--grid", type=int, default=10_000, metavar="INT", help="agent steps between curve points (default: 10000)")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS), metavar="INT", help="rows of the table")
@@ -192,7 +267,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.runs:
         fail(f"{extra[0]}: training options are only taken when training, not with --runs")
-    for name in ("total_env_steps", "budget", "window", "grid"):
+    for name in ("total_env_steps", "budget", "window", "grid", "jobs"):
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} {getattr(args, name)}: expected an integer > 0")
     if args.budget > args.total_env_steps:
@@ -208,9 +283,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
             if not sb3_installed():
                 fail('--peer sb3: expected stable-baselines3 installed (pip install -e ".[compare]")')
-        groups = {"project": [train_seed("project", s, args, extra) for s in args.seeds]}
+        sides = {"project": [seed_run("project", s, args, extra) for s in args.seeds]}
         if args.peer == "sb3":
-            groups["SB3 PPO (rl-zoo)"] = [train_seed("sb3", s, args, []) for s in args.seeds]
+            sides["SB3 PPO (rl-zoo)"] = [seed_run("sb3", s, args, []) for s in args.seeds]
+        folders = iter(train_seeds([run for runs in sides.values() for run in runs], args.jobs))
+        groups = {label: [next(folders) for _ in runs] for label, runs in sides.items()}
 
     span = min(run_span(dirs) for dirs in groups.values())
     steps = np.unique(np.concatenate([np.arange(args.grid, span + 1, args.grid), [b for b in args.budgets if b <= span]])).astype(np.int64)

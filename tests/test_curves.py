@@ -6,6 +6,8 @@ import csv
 import importlib.util
 import json
 import math
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +139,7 @@ def test_curves_reads_existing_runs(cli, tmp_path: Path) -> None:
     (["--runs", "nolabel"], "error: --runs nolabel: expected LABEL=DIR"),
     (["--runs", "x=/nonexistent/dir"], "error: --runs x=/nonexistent/dir: expected run folders holding games.csv"),
     (["--budget", "2000", "--total-env-steps", "1000"], "error: --budget 2000: expected at most --total-env-steps 1000"),
+    (["--jobs", "0"], "error: --jobs 0: expected an integer > 0"),
 ])
 def test_curves_bad_input_is_one_line_and_exit_2(cli, args: list[str], expected: str, tmp_path: Path) -> None:
     result = cli.run("experiments.curves", *args, "--out", str(tmp_path / "out"))
@@ -156,3 +159,43 @@ def test_the_sb3_peer_writes_full_game_records(cli, tmp_path: Path) -> None:
     assert np.mean([g.length for g in games]) > 100
     assert json.loads((tmp_path / "summary.json").read_text())["env_steps"] >= 1024
     assert cli.leftovers() == []
+
+
+def _start_two_seeds_at_once(cli, out: Path):
+    """curves --jobs 2 on two seeds whose budget they cannot reach in a test; returned once both
+    runs have checkpointed, which only two runs going at once can do (with one job at a time the
+    second would wait for the first, which does not end)."""
+    process = cli.start("experiments.curves", "--jobs", "2", "--seeds", "1", "2", "--total-env-steps", "1000000", "--budget", "1000000",
+                        "--out", str(out), *TINY_RUN, "--checkpoint-every", "1")
+    for seed in (1, 2):
+        deadline = time.monotonic() + 600
+        while not list((out / "runs" / "project" / f"seed{seed}").glob("project/*/checkpoints/checkpoint.pt")):
+            assert process.poll() is None, process.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, f"seed {seed} never checkpointed"
+            time.sleep(0.05)
+    return process
+
+
+def _statuses(out: Path) -> list[str]:
+    return [json.loads(p.read_text())["status"] for p in sorted(out.glob("runs/project/seed*/project/*/summary.json"))]
+
+
+@pytest.mark.slow
+def test_curves_passes_a_sigterm_to_every_run_and_leaves_none_behind(cli, tmp_path: Path) -> None:
+    process = _start_two_seeds_at_once(cli, tmp_path / "out")
+    process.send_signal(signal.SIGTERM)  # to curves alone: its runs are in sessions of their own
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith("curves: stopped by SIGTERM; each run stopped at a checkpoint"), stderr
+    assert _statuses(tmp_path / "out") == ["interrupted", "interrupted"]  # each stopped at an update, checkpointed
+    assert cli.leftovers() == []
+
+
+@pytest.mark.slow
+def test_runs_end_with_a_killed_curves(cli, tmp_path: Path) -> None:
+    # SIGKILL cannot be passed on: each run asked the kernel for a SIGTERM when its parent dies.
+    process = _start_two_seeds_at_once(cli, tmp_path / "out")
+    process.kill()
+    process.communicate(timeout=60)
+    assert cli.leftovers() == []
+    assert _statuses(tmp_path / "out") == ["interrupted", "interrupted"]
