@@ -146,6 +146,7 @@ class SeedRun:
     seed: int
     out: Path
     command: tuple[str, ...]
+    environment: tuple[tuple[str, str], ...] = ()  # added to this process's environment
 
 
 def seed_run(side: str, seed: int, args: argparse.Namespace, extra: Sequence[str]) -> SeedRun:
@@ -156,6 +157,9 @@ def seed_run(side: str, seed: int, args: argparse.Namespace, extra: Sequence[str
     else:
         command = [sys.executable, "-m", "experiments.peer_sb3", "--seed", str(seed), "--total-env-steps", str(args.total_env_steps),
                    "--stop-after-env-steps", str(args.budget), "--run-dir", str(out)]
+        if args.jobs > 1:  # SB3's torch would take every core: with others running at once, its share of them
+            share = max(1, len(os.sched_getaffinity(0)) // args.jobs)
+            return SeedRun(side, seed, out, tuple(command), (("OMP_NUM_THREADS", str(share)),))
     return SeedRun(side, seed, out, tuple(command))
 
 
@@ -195,7 +199,7 @@ def train_seeds(runs: Sequence[SeedRun], jobs: int) -> list[Path]:
                 print(f"curves: {run.side} seed {run.seed}: {' '.join(run.command[1:])}", flush=True)
                 with (run.out / "stderr.log").open("w") as log:
                     going[subprocess.Popen(run.command, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
-                                           preexec_fn=_die_with_parent)] = run
+                                           env={**os.environ, **dict(run.environment)}, preexec_fn=_die_with_parent)] = run
             if not going:
                 break
             os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)  # until some run ends (left for poll() to reap)
