@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from configs.cli import OneLineParser, docstring_help, fail
+from configs.ppo import usable_cores
 from experiments.run.games_csv import GameRow, read_games
 
 DEFAULT_BUDGETS = (100_000, 250_000, 500_000, 1_000_000)
@@ -158,7 +159,7 @@ def seed_run(side: str, seed: int, args: argparse.Namespace, extra: Sequence[str
         command = [sys.executable, "-m", "experiments.peer_sb3", "--seed", str(seed), "--total-env-steps", str(args.total_env_steps),
                    "--stop-after-env-steps", str(args.budget), "--run-dir", str(out)]
         if args.jobs > 1:  # SB3's torch would take every core: with others running at once, its share of them
-            share = max(1, len(os.sched_getaffinity(0)) // args.jobs)
+            share = max(1, usable_cores() // args.jobs)
             return SeedRun(side, seed, out, tuple(command), (("OMP_NUM_THREADS", str(share)),))
     return SeedRun(side, seed, out, tuple(command))
 

@@ -203,15 +203,15 @@ def test_runs_end_with_a_killed_curves(cli, tmp_path: Path) -> None:
 
 def test_a_peer_run_among_others_gets_its_share_of_the_cores(tmp_path: Path) -> None:
     import argparse
-    import os
 
+    from configs.ppo import usable_cores
     from experiments.curves import seed_run
 
     args = argparse.Namespace(out=str(tmp_path), total_env_steps=1000, budget=500, jobs=1)
     alone = seed_run("sb3", 3, args, [])
     assert alone.environment == () and alone.out == tmp_path / "runs" / "sb3" / "seed3"
     assert alone.command[-6:] == ("--total-env-steps", "1000", "--stop-after-env-steps", "500", "--run-dir", str(alone.out))
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     args.jobs = 2
     assert seed_run("sb3", 3, args, []).environment == (("OMP_NUM_THREADS", str(max(1, cores // 2))),)
     args.jobs = cores + 1  # more runs than cores: one thread each, never zero
