@@ -117,12 +117,16 @@ def action_meanings(game: str) -> list[str]:
         env.close()
 
 
-def relaunch_refusal(meanings: list[str], relaunch: str, game: str) -> str | None:
-    """None when a game with these actions can launch its ball the `relaunch` way; otherwise
-    what is accepted, for a one-line refusal (checked before a run starts, and by `Game`)."""
+def relaunch_refusal(game: str, relaunch: str, meanings: list[str] | None = None) -> str | None:
+    """None when `game` can launch its ball the `relaunch` way; otherwise what is accepted, for a
+    one-line refusal (checked before a run starts, and by `Game`). Its actions (`meanings`) are
+    read from the emulator only when given none and the relaunch needs more than FIRE."""
     if relaunch not in RELAUNCHES:
         return f"one of {', '.join(RELAUNCHES)}"
-    if relaunch == "noop-fire-right" and "FIRE" in meanings and "RIGHT" not in meanings:
+    if relaunch == "fire":
+        return None
+    meanings = action_meanings(game) if meanings is None else meanings
+    if "FIRE" in meanings and "RIGHT" not in meanings:
         return f"fire: {game} has no RIGHT action ({', '.join(meanings)})"
     return None
 
@@ -177,7 +181,7 @@ class Game:
 
     def _launches(self, meanings: list[str]) -> tuple[list[Any], list[Any]]:
         """The ALE actions pressed after a reset and after a lost life (each one agent step)."""
-        refusal = relaunch_refusal(meanings if self.spec.fire_on_reset else [], self.spec.relaunch, self.spec.game)
+        refusal = relaunch_refusal(self.spec.game, self.spec.relaunch, meanings if self.spec.fire_on_reset else [])
         if refusal is not None:
             raise ValueError(f"relaunch: {self.spec.relaunch!r}: expected {refusal}")
         if not self.spec.fire_on_reset or "FIRE" not in meanings:

@@ -33,7 +33,7 @@ from experiments.run.games_csv import GamesCsv
 from experiments.run.progress import ProgressLine, labml_console_above, quiet_labml_banner
 from experiments.run.report import next_commands, resume_command, start_lines, summary_line
 from experiments.run.stopping import GracefulStop
-from game.atari import action_meanings, is_known_game, make_ale_env, relaunch_refusal
+from game.atari import action_meanings, is_known_game, relaunch_refusal
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
 from ppo.checkpoint import check_fits as check_model_fits
@@ -84,7 +84,7 @@ def check_can_start(config: PPOConfig, run_dir: Path | None = None) -> None:
     file is written: the device exists and has the precision asked for, and the run's folder can be
     created and written. `ConfigError` (one line naming the option) otherwise."""
     resolve_precision(config.precision, resolve_device(config.device))  # a missing GPU; bf16 where the hardware has none
-    if config.fire_on_reset and (refusal := relaunch_refusal(action_meanings(config.game), config.relaunch, config.game)):
+    if config.fire_on_reset and (refusal := relaunch_refusal(config.game, config.relaunch)):
         raise ConfigError("relaunch", config.relaunch, refusal)  # a game without RIGHT, refused here rather than in every worker
     data_dir = config.data_dir
     targets = [Path(data_dir) / config.name] + ([run_dir, run_dir / "checkpoints"] if run_dir is not None else [])
@@ -168,10 +168,7 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
 
 def check_fits(checkpoint: dict[str, Any], config: PPOConfig) -> None:
     """Refuse, before anything starts, a checkpoint whose model cannot play this game."""
-    env = make_ale_env(config.game)
-    n_actions = int(env.action_space.n)  # type: ignore[attr-defined]  # ALE's spaces are Discrete
-    env.close()
-    check_model_fits(checkpoint, n_actions, config.frame_stack, config.game)
+    check_model_fits(checkpoint, len(action_meanings(config.game)), config.frame_stack, config.game)
 
 
 @dataclass(frozen=True)
