@@ -184,6 +184,12 @@ class PPOConfig:
         return self.updates if self.updates is not None else self.total_env_steps // self.batch_size
 
     @property
+    def schedule_env_steps(self) -> int:
+        """The agent steps the annealing was asked to span: total_env_steps, or updates × batch_size when the
+        updates were given. A 1M schedule in batches of 1,024 ends at 999,424 steps; its budget is still 1M."""
+        return self.updates * self.batch_size if self.updates is not None else self.total_env_steps
+
+    @property
     def last_update(self) -> int:
         """The update after which this run ends: n_updates, or earlier with stop_after_env_steps."""
         if self.stop_after_env_steps is None:

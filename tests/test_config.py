@@ -88,3 +88,9 @@ def test_defaults_are_the_documented_ones() -> None:
     assert (c.value_coef, c.entropy_coef, c.max_grad_norm, c.adam_eps) == (0.5, 0.01, 0.5, 1e-5)
     assert c.total_env_steps == 10_000_000 and c.game == "Breakout"
     assert (c.batch_size, c.minibatch_size, c.n_updates) == (1024, 256, 9765)
+    assert c.schedule_env_steps == 10_000_000  # the budget asked for, not 9765 × 1024 = 9,999,360
+
+
+def test_schedule_given_in_updates_spans_updates_times_batch() -> None:
+    c = validate(PPOConfig(n_workers=2, envs_per_worker=1, worker_steps=16, minibatches=2, updates=5))
+    assert (c.batch_size, c.n_updates, c.schedule_env_steps) == (32, 5, 160)  # 2 envs × 16 steps × 5

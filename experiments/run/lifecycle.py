@@ -353,7 +353,7 @@ class TrainingRun:
             "env_steps": trainer.env_steps,
             # The annealing's length, and whether the run got to its end: a 1M schedule in batches
             # of 1,024 ends at 999,424 steps (976 updates), and that is its score "at 1M".
-            "schedule_env_steps": self.config.n_updates * self.config.batch_size if self.config.updates else self.config.total_env_steps,
+            "schedule_env_steps": self.config.schedule_env_steps,
             "schedule_ended": trainer.update >= self.config.n_updates,
             "score_mean_100": trainer.score_mean(),
             "games": trainer.games,
