@@ -62,7 +62,10 @@ def score_at(games: Sequence[GameRow], steps: np.ndarray, window: int) -> np.nda
 
 
 def build_curve(label: str, run_dirs: Sequence[Path], steps: np.ndarray, window: int) -> Curve:
+    """The label's scores on `steps`, NaN past the fewest steps any of its runs covers: a label's
+    mean is always over all its seeds, and a label still training leaves the others' rows whole."""
     scores = np.stack([score_at(read_games(d / "games.csv"), steps, window) for d in run_dirs])
+    scores[:, steps > run_span(run_dirs)] = np.nan
     return Curve(label, tuple(str(d) for d in run_dirs), steps, scores)
 
 
@@ -294,7 +297,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         folders = iter(train_seeds([run for runs in sides.values() for run in runs], args.jobs))
         groups = {label: [next(folders) for _ in runs] for label, runs in sides.items()}
 
-    span = min(run_span(dirs) for dirs in groups.values())
+    span = max(run_span(dirs) for dirs in groups.values())
     steps = np.unique(np.concatenate([np.arange(args.grid, span + 1, args.grid), [b for b in args.budgets if b <= span]])).astype(np.int64)
     if steps.size == 0:
         fail(f"the runs reached {span} agent steps, less than one --grid step ({args.grid})")

@@ -135,6 +135,26 @@ def test_curves_reads_existing_runs(cli, tmp_path: Path) -> None:
     assert_plot_drawn(tmp_path / "out" / "curves.png")
 
 
+def test_a_label_still_training_does_not_blank_the_others(cli, tmp_path: Path) -> None:
+    # Found reading 3 finished seeds beside a label whose second seed had just started: every row
+    # of both labels said "–", since the grid stopped at the shortest run of all.
+    for label, seeds in (("done", {1: [1.0, 3.0, 5.0], 2: [2.0, 4.0, 6.0]}), ("going", {1: [7.0, 9.0, 11.0], 2: [8.0]})):
+        for seed, scores in seeds.items():
+            run = tmp_path / label / f"seed{seed}"
+            with GamesCsv(run / "games.csv", keep=0) as games:
+                games.append([(100 * (i + 1), i + 1, s, 10, False) for i, s in enumerate(scores)])
+            (run / "summary.json").write_text(json.dumps({"env_steps": 100 * len(scores)}))
+    result = cli.run("experiments.curves", "--runs", f"done={tmp_path / 'done'}", "--runs", f"going={tmp_path / 'going'}",
+                     "--grid", "100", "--window", "2", "--budgets", "100", "300", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    # "going" covers 100 steps on both seeds (7 and 8), so 300 is done's alone: seeds mean(3, 5) = 4 and mean(4, 6) = 5.
+    assert "| 100 | **1.5** ± 0.5 (1.0 / 2.0) | **7.5** ± 0.5 (7.0 / 8.0) |" in result.stdout
+    assert "| 300 | **4.5** ± 0.5 (4.0 / 5.0) | – |" in result.stdout
+    rows = [(r["label"], r["env_step"]) for r in csv.DictReader((tmp_path / "out" / "curves.csv").open())]
+    assert rows == [("done", "100"), ("done", "200"), ("done", "300"), ("going", "100")]
+    assert_plot_drawn(tmp_path / "out" / "curves.png")
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["--runs", "nolabel"], "error: --runs nolabel: expected LABEL=DIR"),
     (["--runs", "x=/nonexistent/dir"], "error: --runs x=/nonexistent/dir: expected run folders holding games.csv"),
