@@ -8,6 +8,10 @@ then writes, into `--out`:
 * `curves.png`: mean (line) and min–max over seeds (band) against agent steps, one colour per label;
 * `table.md`: the score at fixed budgets, mean ± std over seeds and each seed's value.
 
+The std is numpy's (ddof 0): the spread of these seeds about their mean. As an estimate of the
+spread of seeds in general it is low by √(n / (n − 1)), 1.22 times for 3 seeds; the table shows
+every seed so that either can be worked out.
+
 A run's score at step x is the mean full-game score (all lives, unclipped) of its last
 `--window` games that ended by step x, read from the run's `games.csv` — the number the
 trainer reports as `score_mean_100`, at any step, for any run, the peer's included.
