@@ -90,6 +90,33 @@ def run_span(run_dirs: Sequence[Path]) -> int:
     return min(steps(d) for d in run_dirs)
 
 
+def run_machines(run_dir: Path) -> list[str]:
+    """The machines that trained a run, each as one line, from its summary.json (`machines`,
+    written by this project's runs and the peer's); ["unrecorded"] where the summary has none."""
+    try:
+        machines = json.loads((run_dir / "summary.json").read_text())["machines"]
+        lines = [", ".join(f"{k} {v}" for k, v in m.items()) for m in machines if isinstance(m, dict)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ["unrecorded"]
+    return lines or ["unrecorded"]
+
+
+def machines_note(groups: dict[str, list[Path]]) -> str | None:
+    """A note when the runs were not all made on one recorded machine: one seed gives one run per
+    machine (ppo/devices.py, machine_fingerprint), so only runs of one machine pair seed by seed;
+    across machines, compare the labels' means and spreads."""
+    seen: dict[str, int] = {}
+    for dirs in groups.values():
+        for d in dirs:
+            for line in run_machines(d):
+                seen[line] = seen.get(line, 0) + 1
+    if len(seen) == 1 and "unrecorded" not in seen:
+        return None
+    listed = "; ".join(f"{line} ({n} run{'s' if n > 1 else ''})" for line, n in sorted(seen.items()))
+    return (f"note: these runs were not all made on one recorded machine ({listed}). One seed is one run only on one "
+            "machine: compare seeds across runs of one machine only, and elsewhere the means and spreads.")
+
+
 def write_csv(curves: Sequence[Curve], path: Path) -> None:
     with path.open("w", newline="") as f:
         out = csv.writer(f)
@@ -309,6 +336,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     write_csv(curves, out / "curves.csv")
     plot(curves, out / "curves.png", f"{args.window} games")
     markdown = table(curves, args.budgets)
+    if (note := machines_note(groups)) is not None:
+        markdown += f"\n{note}\n"
     (out / "table.md").write_text(markdown)
     print(markdown, end="")
     print(f"curves: wrote {out / 'curves.csv'}, {out / 'curves.png'}, {out / 'table.md'}")

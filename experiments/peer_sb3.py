@@ -48,6 +48,8 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
+    from ppo.devices import machine_fingerprint
+
     gym.register_envs(ale_py)
 
     class RecordGames(BaseCallback):
@@ -75,7 +77,9 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     with GamesCsv(run_dir / "games.csv", keep=0) as games:
         model.learn(total_timesteps=total_env_steps, callback=RecordGames(games))
     env.close()
-    (run_dir / "summary.json").write_text(json.dumps({"seed": seed, "env_steps": model.num_timesteps, "total_env_steps": total_env_steps}) + "\n")
+    summary = {"seed": seed, "env_steps": model.num_timesteps, "total_env_steps": total_env_steps,
+               "machines": [machine_fingerprint(model.device)]}  # SB3 too repeats a seed on one machine only
+    (run_dir / "summary.json").write_text(json.dumps(summary) + "\n")
     return 0
 
 

@@ -1,8 +1,14 @@
-"""From a device's name (`--device`) to a torch device that exists on this machine, and from a
-precision's name (`--precision`) to the dtype the network computes in there."""
+"""From a device's name (`--device`) to a torch device that exists on this machine, from a
+precision's name (`--precision`) to the dtype the network computes in there, and what of the
+machine a run's numbers depend on (`machine_fingerprint`)."""
 
 from __future__ import annotations
 
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
 import torch
 
 from configs.ppo import ConfigError, device_name, precision_name
@@ -62,3 +68,43 @@ def precision_label(name: str, device: torch.device) -> str:
     """What `--precision name` runs as on `device`, for people: `bf16`, `fp32`, `fp32 (auto)`."""
     resolved = precision_of(resolve_precision(name, device))
     return f"{resolved} (auto)" if name == "auto" else resolved
+
+
+def cpu_model() -> str:
+    """The CPU's model name with its family, model and stepping: a VM may give two generations of
+    CPU one name ("AMD EPYC"), and only these numbers tell them apart."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if not sep:
+                break  # the end of the first processor's block
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    family = [f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields]
+    return f"{name} ({', '.join(family)})" if family else name
+
+
+def machine_fingerprint(device: torch.device) -> dict[str, str]:
+    """What a run's numbers depend on besides its seed and config. torch and oneDNN pick their CPU
+    kernels by the instruction set (`cpu_capability`: AVX2, AVX512, …), and two kernels round
+    differently, so one seed writes one `games.csv` per machine: the same seed on two machines is two
+    independent draws (docs/learning.md measured it), and runs pair seed by seed only where this is
+    equal."""
+    def installed(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "absent"
+    fingerprint = {
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "ale_py": installed("ale-py"),
+    }
+    # Plain str: torch.__version__ is a TorchVersion, a class a weights-only checkpoint load refuses.
+    return {name: str(value) for name, value in fingerprint.items()}

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from experiments.curves import score_at
 from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
+from ppo.checkpoint import load_checkpoint, save_checkpoint
 
 TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "128", "--minibatches", "2", "--epochs", "1"]
 
@@ -70,6 +72,68 @@ def test_a_resumed_run_writes_the_same_games_csv_as_an_uninterrupted_one(cli, tm
     assert resumed == expected  # exact resume: no duplicate, no gap, same rows
     assert [g.env_step for g in expected] == sorted(g.env_step for g in expected)
     assert cli.leftovers() == []
+    # Both legs ran on this machine: one record, naming the kernels torch chose here.
+    assert ended["machines"] == part["machines"] == summary_of(whole.stdout)["machines"]
+    [machine] = ended["machines"]
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and machine["torch"] == torch.__version__
+
+
+OTHER_MACHINE = {"cpu": "Some CPU (cpu family 6, model 143, stepping 8)", "cpu_capability": "AVX512", "device": "cpu",
+                 "torch": "2.13.0+cpu", "numpy": "2.4.6", "ale_py": "0.12.1"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("record", "expected_first", "warning"), [
+    ([OTHER_MACHINE], OTHER_MACHINE, None),  # trained there, resumed here
+    ([{"cpu": ["not", "a", "string"]}], {"cpu": "unrecorded (trained before runs recorded their machine)"},
+     "warning: ignoring the checkpoint's record of its machines: expected at most 64 records of strings"),
+])
+def test_a_run_resumed_on_another_machine_records_both_and_curves_says_so(
+        cli, tmp_path: Path, record: list, expected_first: dict, warning: str | None) -> None:
+    first = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "1024", "--stop-after-env-steps", "256",
+                    "--data-dir", str(tmp_path / "runs"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    part = summary_of(first.stdout)
+    checkpoint = Path(part["checkpoint"])
+    state = load_checkpoint(checkpoint)
+    state["machines"] = record  # a real checkpoint file, as another machine (or a crafted file) left it
+    save_checkpoint(checkpoint, state)
+    rest = cli.run("experiments.breakout", "--resume", part["run_uuid"], "--stop-after-env-steps", "512",
+                   "--data-dir", str(tmp_path / "runs"))
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assert (warning in rest.stderr) if warning else "warning" not in rest.stderr
+    ended = summary_of(rest.stdout)
+    assert ended["machines"] == [expected_first, *part["machines"]] and ended["updates"] == 2
+    assert load_checkpoint(Path(ended["checkpoint"]))["machines"] == ended["machines"]
+
+    curves = cli.run("experiments.curves", "--runs", f"mixed={tmp_path / 'runs'}", "--grid", "256", "--window", "1",
+                     "--out", str(tmp_path / "out"))
+    assert curves.returncode == 0, curves.stderr[-3000:]
+    assert "note: these runs were not all made on one recorded machine (" in curves.stdout
+    assert f"cpu {expected_first['cpu']}" in curves.stdout and f"cpu {part['machines'][0]['cpu']}" in curves.stdout
+    assert "note:" in (tmp_path / "out" / "table.md").read_text()
+    assert cli.leftovers() == []
+
+
+def test_curves_notes_runs_not_made_on_one_recorded_machine(cli, tmp_path: Path) -> None:
+    def run(name: str, summary: dict) -> None:
+        with GamesCsv(tmp_path / name / "games.csv", keep=0) as games:
+            games.append([(100, 1, 1.0, 10, False), (200, 2, 3.0, 10, False)])
+        (tmp_path / name / "summary.json").write_text(json.dumps({"env_steps": 200, **summary}))
+
+    def curves(*labels: str) -> str:
+        result = cli.run("experiments.curves", *[f"--runs={label}={tmp_path / label}" for label in labels],
+                         "--grid", "100", "--out", str(tmp_path / "out"))
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout
+
+    run("a", {"machines": [OTHER_MACHINE]})
+    run("b", {"machines": [OTHER_MACHINE]})
+    run("old", {})  # a summary from before runs recorded their machine
+    assert "note:" not in curves("a", "b")  # one machine: seeds pair
+    note = curves("a", "old").splitlines()[-2]
+    assert note.startswith("note: these runs were not all made on one recorded machine (cpu Some CPU"), note
+    assert "(1 run); unrecorded (1 run))" in note
 
 
 @pytest.mark.slow
@@ -177,7 +241,10 @@ def test_the_sb3_peer_writes_full_game_records(cli, tmp_path: Path) -> None:
     assert games and all(g.env_step <= 1024 + 8 for g in games)
     # Full games: a random policy's whole game lasts well over one life (5 lives in Breakout).
     assert np.mean([g.length for g in games]) > 100
-    assert json.loads((tmp_path / "summary.json").read_text())["env_steps"] >= 1024
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["env_steps"] >= 1024
+    [machine] = summary["machines"]  # SB3 too repeats a seed on one machine only
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and machine["device"] == "cpu"
     assert cli.leftovers() == []
 
 

@@ -37,7 +37,7 @@ from game.atari import action_meanings, is_known_game, relaunch_refusal
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
 from ppo.checkpoint import check_fits as check_model_fits
-from ppo.devices import precision_label, precision_of, resolve_device, resolve_precision
+from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device, resolve_precision
 from ppo.evaluation import record_training_video
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
@@ -138,6 +138,24 @@ def checked_live_values(saved: dict[str, Any] | None) -> dict[str, Any]:
     return kept
 
 
+UNRECORDED_MACHINE = {"cpu": "unrecorded (trained before runs recorded their machine)"}
+MAX_MACHINES = 64
+
+
+def checked_machines(saved: Any) -> list[dict[str, str]]:
+    """A checkpoint's list of the machines that trained it, as plain string-to-string records (a
+    checkpoint is data from a file: anything else in it is dropped, and reported). A checkpoint
+    written before runs recorded their machines gives one `UNRECORDED_MACHINE`."""
+    if saved is None:
+        return [dict(UNRECORDED_MACHINE)]
+    kept = [m for m in saved if isinstance(m, dict) and all(isinstance(k, str) and isinstance(v, str) and len(v) <= 200
+                                                                for k, v in m.items())] if isinstance(saved, list) else []
+    if not isinstance(saved, list) or len(kept) != len(saved) or len(kept) > MAX_MACHINES:
+        say(f"warning: ignoring the checkpoint's record of its machines: expected at most {MAX_MACHINES} records of strings")
+        return [dict(UNRECORDED_MACHINE)]
+    return kept
+
+
 def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> tuple[PPOConfig, dict[str, Any]]:
     """The run's own config (plus allowed run-option overrides) and its last good checkpoint.
 
@@ -190,6 +208,9 @@ class TrainingRun:
         self.checkpointed_update: int | None = None  # the update of that checkpoint
         self.run_dir = Path()  # known once labml has created the run
         self.started = time.perf_counter()
+        # Every machine that trained this run: a seed is the same run only on one machine
+        # (machine_fingerprint), so curves can tell paired seeds from independent draws.
+        self.machines: list[dict[str, str]] = checked_machines(resume.get("machines")) if resume is not None else []
 
     def run(self) -> RunResult:
         with labml_console_above():  # labml's own messages as whole lines on stderr (progress.py)
@@ -199,6 +220,8 @@ class TrainingRun:
         config = self.config
         check_can_start(config)  # before labml writes anything or a worker starts
         device = resolve_device(config.device)
+        if (machine := machine_fingerprint(device)) not in self.machines:
+            self.machines.append(machine)
         live = self._start_labml()
         self.run_uuid = experiment.get_uuid()
         say(start_lines(config, self.run_uuid, self.run_dir, precision_label(config.precision, device)))
@@ -309,7 +332,7 @@ class TrainingRun:
         in_use = trainer.live_in_use or {}
         bases = {k: (v if live_value_problem(k, v) is None else in_use.get(k, getattr(self.config, k)))
                  for k, v in live.bases().items()}
-        state = trainer.state_dict(bases)
+        state = {**trainer.state_dict(bases), "machines": self.machines}
         if state["config"].get("dashboard") is not None:
             state["config"] = {**state["config"], "dashboard": strip_userinfo(state["config"]["dashboard"])}
         return state
@@ -359,6 +382,7 @@ class TrainingRun:
             "games": trainer.games,
             "worker_restarts": trainer.worker_restarts,
             "precision": precision_of(trainer.model.compute_dtype),  # what `auto` became here
+            "machines": self.machines,
             "sps": (trainer.env_steps - first_steps) / elapsed if trainer.update > first_update else None,
             "wall_time_s": elapsed,
             "checkpoint": str(checkpoint) if checkpoint else None,
