@@ -86,7 +86,8 @@ OTHER_MACHINE = {"cpu": "Some CPU (cpu family 6, model 143, stepping 8)", "cpu_c
 @pytest.mark.parametrize(("record", "expected_first", "warning"), [
     ([OTHER_MACHINE], OTHER_MACHINE, None),  # trained there, resumed here
     ([{"cpu": ["not", "a", "string"]}], {"cpu": "unrecorded (trained before runs recorded their machine)"},
-     "warning: ignoring the checkpoint's record of its machines: expected at most 64 records of strings"),
+     "warning: ignoring the checkpoint's machines = [{'cpu': ['not', 'a', 'string']}]: expected a list of at most 64 "
+     "records of strings (of 200 characters at most)"),
 ])
 def test_a_run_resumed_on_another_machine_records_both_and_curves_says_so(
         cli, tmp_path: Path, record: list, expected_first: dict, warning: str | None) -> None:

@@ -10,6 +10,7 @@ it early (after a checkpoint); 1 when a fault stopped it (its last good state ch
 from __future__ import annotations
 
 import os
+import reprlib
 import tempfile
 import time
 from dataclasses import dataclass
@@ -151,7 +152,8 @@ def checked_machines(saved: Any) -> list[dict[str, str]]:
     kept = [m for m in saved if isinstance(m, dict) and all(isinstance(k, str) and isinstance(v, str) and len(v) <= 200
                                                                 for k, v in m.items())] if isinstance(saved, list) else []
     if not isinstance(saved, list) or len(kept) != len(saved) or len(kept) > MAX_MACHINES:
-        say(f"warning: ignoring the checkpoint's record of its machines: expected at most {MAX_MACHINES} records of strings")
+        say(f"warning: ignoring the checkpoint's machines = {reprlib.repr(saved)}: expected a list of at most "
+            f"{MAX_MACHINES} records of strings (of 200 characters at most)")
         return [dict(UNRECORDED_MACHINE)]
     return kept
 
