@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,25 +80,32 @@ def run_span(run_dirs: Sequence[Path]) -> int:
     999,424 steps; its last games are its score at 1M). Where there is no summary (a run still
     going, a crashed one), the end of its last game."""
     def steps(run_dir: Path) -> int:
+        summary = read_summary(run_dir)
         try:
-            summary = json.loads((run_dir / "summary.json").read_text())
             covered = int(summary["env_steps"])
             if summary.get("schedule_ended") is True:
                 covered = max(covered, int(summary["schedule_env_steps"]))
             return covered
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return max((g.env_step for g in read_games(run_dir / "games.csv")), default=0)
     return min(steps(d) for d in run_dirs)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A run's summary.json, or {} where there is none (a run still going, a crashed one) or it is
+    not a JSON object: the one place curves reads it, for its span and its machines."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 def run_machines(run_dir: Path) -> list[str]:
     """The machines that trained a run, each as one line, from its summary.json (`machines`,
     written by this project's runs and the peer's); ["unrecorded"] where the summary has none."""
-    try:
-        machines = json.loads((run_dir / "summary.json").read_text())["machines"]
-        lines = [", ".join(f"{k} {v}" for k, v in m.items()) for m in machines if isinstance(m, dict)]
-    except (OSError, ValueError, KeyError, TypeError):
-        return ["unrecorded"]
+    machines = read_summary(run_dir).get("machines")
+    lines = [", ".join(f"{k} {v}" for k, v in m.items()) for m in machines if isinstance(m, dict)] if isinstance(machines, list) else []
     return lines or ["unrecorded"]
 
 

@@ -141,21 +141,23 @@ def checked_live_values(saved: dict[str, Any] | None) -> dict[str, Any]:
 
 UNRECORDED_MACHINE = {"cpu": "unrecorded (trained before runs recorded their machine)"}
 MAX_MACHINES = 64
+MAX_MACHINE_FIELD = 200  # characters of one value of a record
 
 
 def checked_machines(saved: Any) -> list[dict[str, str]]:
     """A checkpoint's list of the machines that trained it, as plain string-to-string records (a
     checkpoint is data from a file: anything else in it is dropped, and reported). A checkpoint
     written before runs recorded their machines gives one `UNRECORDED_MACHINE`."""
+    def is_record(m: Any) -> bool:
+        return isinstance(m, dict) and all(isinstance(k, str) and isinstance(v, str) and len(v) <= MAX_MACHINE_FIELD
+                                           for k, v in m.items())
     if saved is None:
         return [dict(UNRECORDED_MACHINE)]
-    kept = [m for m in saved if isinstance(m, dict) and all(isinstance(k, str) and isinstance(v, str) and len(v) <= 200
-                                                                for k, v in m.items())] if isinstance(saved, list) else []
-    if not isinstance(saved, list) or len(kept) != len(saved) or len(kept) > MAX_MACHINES:
-        say(f"warning: ignoring the checkpoint's machines = {reprlib.repr(saved)}: expected a list of at most "
-            f"{MAX_MACHINES} records of strings (of 200 characters at most)")
-        return [dict(UNRECORDED_MACHINE)]
-    return kept
+    if isinstance(saved, list) and len(saved) <= MAX_MACHINES and all(map(is_record, saved)):
+        return saved
+    say(f"warning: ignoring the checkpoint's machines = {reprlib.repr(saved)}: expected a list of at most "
+        f"{MAX_MACHINES} records of strings (of {MAX_MACHINE_FIELD} characters at most)")
+    return [dict(UNRECORDED_MACHINE)]
 
 
 def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> tuple[PPOConfig, dict[str, Any]]:
