@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import re
 import sys
 import time
@@ -48,7 +47,7 @@ from configs.ppo import PPOConfig, grouped_unless_chosen
 from experiments.run import process_table
 from game.atari import canonical_game, gym_id
 from game.vector import EnvPool, game_specs, make_pool
-from ppo.devices import precision_of, resolve_device, resolve_precision
+from ppo.devices import machine_fingerprint, precision_of, resolve_device, resolve_precision
 from ppo.losses import ppo_loss
 from ppo.model import ActorCritic
 from ppo.seeding import derive_seeds
@@ -60,7 +59,7 @@ PROG = "python -m experiments.benchmark"
 RATE_KEYS = ("pool_env_sps", "ale_vector_sps", "infer_sps", "train_sps", "sample_sps", "update_sps", "loop_sps",
              "bound_sps", "infer_sps_fp32", "train_sps_fp32", "fp32_bound_sps")
 JSON_KEYS = (*RATE_KEYS, "loop_fraction_of_bound", "loop_fraction_of_fp32_bound", "precision", "pool_fraction_of_ale",
-             "device", "torch_threads",
+             "device", "device_name", "machine", "torch_threads",
              "trainer_torch_threads", "workers_import_torch", "trainer_peak_rss_mb", "trainer_rss_mb",
              "workers_peak_rss_mb", "workers_rss_mb", "date", "config", "backend")
 
@@ -359,10 +358,13 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
     result["pool_fraction_of_ale"] = result["pool_env_sps"] / result["ale_vector_sps"]
     result["trainer_peak_rss_mb"] = _status_kb("self", "VmHWM") / 1024
     result["trainer_rss_mb"] = _status_kb("self", "VmRSS") / 1024
+    machine = machine_fingerprint(device)
     result.update(
         device=str(device),
-        device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
-                     else platform.processor() or platform.machine()),
+        # Rates hold for one machine: the CPU (with family/model/stepping, as a VM may give two
+        # generations one name), torch's kernel set, the GPU and the versions, as a run records them.
+        machine=machine,
+        device_name=machine["device"] if device.type == "cuda" else machine["cpu"],
         cpu_count=os.cpu_count(),
         torch_version=torch.__version__,
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -405,6 +407,8 @@ def format_table(r: dict[str, Any]) -> str:
                      ("train_sps_compiled", f"{r['precision']} fwd+bwd+Adam at minibatch {c['minibatch_size']}, "
                                             f"torch.compile (compiled in {r['compile_s']:.0f} s)")]
     lines = [f"benchmark {r['date']}  device {r['device']}  cores {r['cpu_count']}  torch {r['torch_version']}",
+             f"machine: {r['machine']['cpu']}, kernels {r['machine']['cpu_capability']}"
+             + (f", GPU {r['machine']['device']}" if r["device"].startswith("cuda") else ""),
              f"config: {c['n_workers']} workers × {c['envs_per_worker']} envs, {c['worker_steps']} steps, "
              f"batch {c['batch_size']}, {c['epochs']} epochs × {c['minibatches']} minibatches, precision {r['precision']}",
              "", f"{'measure':<19}{'steps/s':>11}  what"]

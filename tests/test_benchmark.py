@@ -76,6 +76,17 @@ def test_benchmark_prints_consistent_json_and_leaves_no_process(precision: str) 
     assert data["torch_threads"] == os.cpu_count()
     assert data["workers_import_torch"] is False
 
+    # The machine the rates hold for, read here from the kernel and torch, not from the code under test.
+    cpuinfo = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in cpuinfo.splitlines()))
+    machine = data["machine"]
+    assert machine["cpu"] == (f"{fields['model name']} (cpu family {fields['cpu family']}, model {fields['model']}, "
+                              f"stepping {fields['stepping']})")
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert (machine["device"], machine["torch"]) == ("cpu", torch.__version__)
+    assert data["device_name"] == machine["cpu"]
+    assert f"machine: {machine['cpu']}, kernels {machine['cpu_capability']}" in result.stdout
+
     # Both bounds, recomputed from the printed rates (CPU: env, inference and training share the cores).
     expected = 1 / (1 / data["ale_vector_sps"] + 1 / data["infer_sps"] + config["epochs"] / data["train_sps"])
     assert data["bound_sps"] == pytest.approx(expected, rel=1e-9)
