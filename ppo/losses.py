@@ -47,20 +47,30 @@ def clipped_policy_loss(
     return PolicyLoss(loss, clip_fraction, approx_kl)
 
 
+class ValueLoss(NamedTuple):
+    loss: torch.Tensor  # scalar to minimise
+    clip_fraction: torch.Tensor  # share of samples whose value gradient the clip removed (0 unclipped)
+
+
 def clipped_value_loss(
     values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_range: float | None
-) -> torch.Tensor:
+) -> ValueLoss:
     r"""$\frac12 \mathbb{E}[\max((V - R)^2, (V_{old} + \mathrm{clip}(V - V_{old}, \pm\epsilon) - R)^2)]$.
 
     The same pessimism as the policy clip, applied to the critic; `clip_range=None` gives the plain
-    squared error.
+    squared error. Where V has moved more than ε from V_old the clipped term no longer depends on V,
+    and where it is also the larger term the sample gives the critic no gradient at all: its
+    `clip_fraction` is the share of the batch the critic cannot learn from in this step.
     """
     _same_shape(values=values, old_values=old_values, returns=returns)
     squared = (values - returns) ** 2
     if clip_range is None:
-        return 0.5 * squared.mean()
-    clipped_values = old_values + (values - old_values).clamp(-clip_range, clip_range)
-    return 0.5 * torch.max(squared, (clipped_values - returns) ** 2).mean()
+        return ValueLoss(0.5 * squared.mean(), torch.zeros((), device=values.device))
+    moved = values - old_values
+    clipped_squared = (old_values + moved.clamp(-clip_range, clip_range) - returns) ** 2
+    with torch.no_grad():
+        clip_fraction = ((moved.abs() > clip_range) & (clipped_squared > squared)).float().mean()
+    return ValueLoss(0.5 * torch.max(squared, clipped_squared).mean(), clip_fraction)
 
 
 def entropy_bonus(logits: torch.Tensor) -> torch.Tensor:
@@ -83,7 +93,7 @@ def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> floa
 class PPOLoss(NamedTuple):
     total: torch.Tensor  # what is minimised: policy + value_coef × value − entropy_coef × entropy
     policy: PolicyLoss
-    value: torch.Tensor
+    value: ValueLoss
     entropy: torch.Tensor
 
 
@@ -100,4 +110,4 @@ def ppo_loss(
     policy = clipped_policy_loss(log_probs, old_log_probs, advantages, clip_range)
     value = clipped_value_loss(values, old_values, returns, value_clip_range)
     entropy = entropy_bonus(logits)
-    return PPOLoss(policy.loss + value_coef * value - entropy_coef * entropy, policy, value, entropy)
+    return PPOLoss(policy.loss + value_coef * value.loss - entropy_coef * entropy, policy, value, entropy)

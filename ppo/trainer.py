@@ -52,7 +52,7 @@ class IterationSettings:
     epochs: int
 
 
-MINIBATCH_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+MINIBATCH_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "value_clip_fraction")
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -302,8 +302,9 @@ class Trainer:
                 return None
             raise NonFiniteLoss(f"non-finite loss ({loss.total.item()}) or gradient norm ({grad_norm.item()}); update not applied")
         self.optimizer.step()
-        return {"policy_loss": loss.policy.loss.item(), "value_loss": loss.value.item(), "entropy": loss.entropy.item(),
-                "approx_kl": float(loss.policy.approx_kl), "clip_fraction": float(loss.policy.clip_fraction)}
+        return {"policy_loss": loss.policy.loss.item(), "value_loss": loss.value.loss.item(), "entropy": loss.entropy.item(),
+                "approx_kl": float(loss.policy.approx_kl), "clip_fraction": float(loss.policy.clip_fraction),
+                "value_clip_fraction": float(loss.value.clip_fraction)}
 
     @contextlib.contextmanager
     def _undone_on_nonfinite(self) -> Iterator[None]:

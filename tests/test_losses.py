@@ -39,8 +39,28 @@ def test_value_loss_by_hand() -> None:
     # V [2, 0], V_old [1, 0], R [3, 1], ε 0.5: clipped V [1.5, 0];
     # max((V−R)², (Vc−R)²) = [max(1, 2.25), max(1, 1)] = [2.25, 1]; ½·mean = 0.8125
     values, old, returns = torch.tensor([2.0, 0.0]), torch.tensor([1.0, 0.0]), torch.tensor([3.0, 1.0])
-    assert clipped_value_loss(values, old, returns, 0.5).item() == pytest.approx(0.8125)
-    assert clipped_value_loss(values, old, returns, None).item() == pytest.approx(0.5)
+    clipped = clipped_value_loss(values, old, returns, 0.5)
+    assert clipped.loss.item() == pytest.approx(0.8125)
+    assert clipped.clip_fraction.item() == 0.5  # the first sample's gradient is the clipped term's: none
+    unclipped = clipped_value_loss(values, old, returns, None)
+    assert unclipped.loss.item() == pytest.approx(0.5)
+    assert unclipped.clip_fraction.item() == 0.0
+
+
+def test_value_clip_fraction_counts_exactly_the_samples_without_a_gradient() -> None:
+    # V [2, 2], V_old [1, 1], R [3, 0], ε 0.5: both moved 1 > ε, so clipped V = [1.5, 1.5].
+    # Sample 0: (V−R)² = 1 < (Vc−R)² = 2.25, the constant clipped term wins: gradient 0, counted.
+    # Sample 1: (V−R)² = 4 > (Vc−R)² = 2.25, the unclipped term wins: d(½·mean)/dV = ½·½·2(2−0) = 1.
+    # Loss ½·mean(2.25, 4) = 1.5625.
+    values = torch.tensor([2.0, 2.0], requires_grad=True)
+    result = clipped_value_loss(values, torch.tensor([1.0, 1.0]), torch.tensor([3.0, 0.0]), 0.5)
+    result.loss.backward()
+    assert result.loss.item() == pytest.approx(1.5625)
+    assert values.grad is not None and values.grad.tolist() == [0.0, 1.0]
+    assert result.clip_fraction.item() == 0.5
+    # Inside the clip (|V − V_old| ≤ ε) nothing is counted, whichever way V moved.
+    inside = clipped_value_loss(torch.tensor([1.2, 0.8]), torch.tensor([1.0, 1.0]), torch.tensor([3.0, 0.0]), 0.5)
+    assert inside.clip_fraction.item() == 0.0
 
 
 def test_shape_guard_refuses_broadcasting() -> None:

@@ -37,7 +37,7 @@ def _loss_and_grads(model: ActorCritic, observations, actions, old_log_probs, ad
     logits, values = model(observations)
     log_probs = torch.log_softmax(logits, -1).gather(-1, actions[:, None]).squeeze(-1)
     loss = (clipped_policy_loss(log_probs, old_log_probs, advantages, 0.1).loss
-            + 0.5 * clipped_value_loss(values, old_values, returns, 0.1) - 0.01 * entropy_bonus(logits))
+            + 0.5 * clipped_value_loss(values, old_values, returns, 0.1).loss - 0.01 * entropy_bonus(logits))
     model.zero_grad()
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in model.parameters()]

@@ -8,7 +8,7 @@ import torch
 
 from configs.ppo import PPOConfig
 from game.atari import Game
-from game.vector import PipePool, game_specs
+from game.vector import PipePool, SerialPool, game_specs
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 from tests.conftest import train_from_seed
@@ -70,3 +70,22 @@ def test_how_envs_are_grouped_into_processes_does_not_change_learning() -> None:
         np.testing.assert_array_equal(rollout_a[name], rollout_b[name], err_msg=name)
     for a, b in zip(params_a, params_b, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(("clip_value_loss", "value_clip_range"), [(False, None), (True, 0.0), (True, 1e9)])
+def test_each_update_reports_how_much_of_the_batch_the_value_clip_kept_from_the_critic(
+        clip_value_loss: bool, value_clip_range: float | None) -> None:
+    # Unclipped, or with a clip no value can reach, no sample loses its gradient. With ε = 0 every
+    # sample whose value moved away from its return after the first minibatch step is held at V_old,
+    # and some always do; never all, as the critic's steps lower the loss on the whole.
+    config = PPOConfig(n_workers=1, envs_per_worker=2, worker_steps=32, minibatches=2, seed=3,
+                       clip_value_loss=clip_value_loss, value_clip_range=value_clip_range)
+    seeds = derive_seeds(config.seed, config.n_envs)
+    with SerialPool(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
+        trainer = Trainer(config, pool, seeds, torch.device("cpu"))
+        trainer.reset_envs()
+        fraction = trainer.iteration()["value_clip_fraction"]
+    if value_clip_range == 0.0:
+        assert 0.0 < fraction < 1.0
+    else:
+        assert fraction == 0.0

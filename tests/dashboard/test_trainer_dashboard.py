@@ -209,7 +209,7 @@ def test_run_page_charts_the_score_and_lists_set_options_and_live_values(
                                               ".map(t => t.textContent)"))
     assert drawn, "the run page never drew its Metrics and Configurations cards"
     assert charted == ["score_mean_100"]
-    assert listed and {"score_mean_100", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+    assert listed and {"score_mean_100", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "value_clip_fraction",
                        "explained_variance", "learning_rate", "clip_range"} <= one_click_away, one_click_away
     assert {k: configs.get(k) for k in CHANGED} == CHANGED  # what differs from the defaults
     assert configs["learning_rate"] == "0.001 (live)"  # the live value, not the declared 0.00025
