@@ -76,8 +76,9 @@ def test_how_envs_are_grouped_into_processes_does_not_change_learning() -> None:
 def test_each_update_reports_how_much_of_the_batch_the_value_clip_kept_from_the_critic(
         clip_value_loss: bool, value_clip_range: float | None) -> None:
     # Unclipped, or with a clip no value can reach, no sample loses its gradient. With ε = 0 every
-    # sample whose value moved away from its return after the first minibatch step is held at V_old,
-    # and some always do; never all, as the critic's steps lower the loss on the whole.
+    # sample whose value has moved at all, away from its return, is held at V_old: once Adam has
+    # stepped, that is a part of the batch, neither none of it (some values move the wrong way) nor
+    # all (the steps lower the value loss on the whole). The exact share depends on the rounding.
     config = PPOConfig(n_workers=1, envs_per_worker=2, worker_steps=32, minibatches=2, seed=3,
                        clip_value_loss=clip_value_loss, value_clip_range=value_clip_range)
     seeds = derive_seeds(config.seed, config.n_envs)
