@@ -75,19 +75,21 @@ def build_curve(label: str, run_dirs: Sequence[Path], steps: np.ndarray, window:
 
 
 def run_span(run_dirs: Sequence[Path]) -> int:
-    """The fewest agent steps any of the runs covers: its summary.json's `env_steps`, or its
+    """The fewest agent steps any of the runs covers: the end of its last game, or its
+    summary.json's `env_steps` where that is further (the steps after a run's last game), or its
     schedule's length when it ran to the schedule's end (a 1M schedule in batches of 1,024 ends at
-    999,424 steps; its last games are its score at 1M). Where there is no summary (a run still
-    going, a crashed one), the end of its last game."""
+    999,424 steps; its last games are its score at 1M). A run still going (or killed) has a
+    summary of status `running` whose steps are its last checkpoint's; its games go further."""
     def steps(run_dir: Path) -> int:
+        last_game = max((g.env_step for g in read_games(run_dir / "games.csv")), default=0)
         summary = read_summary(run_dir)
         try:
             covered = int(summary["env_steps"])
             if summary.get("schedule_ended") is True:
                 covered = max(covered, int(summary["schedule_env_steps"]))
-            return covered
         except (ValueError, KeyError, TypeError):
-            return max((g.env_step for g in read_games(run_dir / "games.csv")), default=0)
+            return last_game
+        return max(covered, last_game)
     return min(steps(d) for d in run_dirs)
 
 

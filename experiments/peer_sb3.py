@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +47,7 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
+    from ppo.checkpoint import write_json
     from ppo.devices import machine_fingerprint
 
     gym.register_envs(ale_py)
@@ -74,12 +74,18 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     env = VecFrameStack(make_atari_env(ENV_ID, n_envs=ZOO_N_ENVS, seed=seed), n_stack=4)
     model = PPO("CnnPolicy", env, learning_rate=linear(ZOO_LEARNING_RATE), clip_range=linear(ZOO_CLIP_RANGE),
                 seed=seed, verbose=0, **ZOO_ATARI)
+    def write_summary(status: str) -> None:
+        # Written first as `running`, so a run that never ends (killed, its machine lost) still names
+        # its machine: SB3 too repeats a seed on one machine only.
+        write_json(run_dir / "summary.json", {"seed": seed, "status": status, "env_steps": model.num_timesteps,
+                                              "total_env_steps": total_env_steps, "machines": [machine_fingerprint(model.device)]})
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_summary("running")
     with GamesCsv(run_dir / "games.csv", keep=0) as games:
         model.learn(total_timesteps=total_env_steps, callback=RecordGames(games))
     env.close()
-    summary = {"seed": seed, "env_steps": model.num_timesteps, "total_env_steps": total_env_steps,
-               "machines": [machine_fingerprint(model.device)]}  # SB3 too repeats a seed on one machine only
-    (run_dir / "summary.json").write_text(json.dumps(summary) + "\n")
+    write_summary("completed")
     return 0
 
 

@@ -183,6 +183,20 @@ def test_a_run_that_ended_its_schedule_is_read_at_the_schedules_end(cli, tmp_pat
     assert "| 400 | – |" in stopped.stdout  # 384 steps of a longer schedule say nothing about 400
 
 
+def test_a_run_still_going_is_read_to_its_last_game_not_its_last_checkpoint(cli, tmp_path: Path) -> None:
+    # A run's summary.json says `running` with its last checkpoint's steps (200) while its games.csv
+    # goes on (to 400): the games after the checkpoint are real, and the curve reaches them.
+    run = tmp_path / "going" / "seed1"
+    with GamesCsv(run / "games.csv", keep=0) as games:
+        games.append([(100, 1, 1.0, 10, False), (200, 2, 3.0, 10, False), (300, 3, 5.0, 10, False), (400, 4, 9.0, 10, False)])
+    (run / "summary.json").write_text(json.dumps({"status": "running", "env_steps": 200}))
+    result = cli.run("experiments.curves", "--runs", f"going={tmp_path / 'going'}", "--grid", "100", "--window", "2",
+                     "--budgets", "200", "400", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    # at 200 the last two games, 1 and 3: 2.0; at 400, 5 and 9: 7.0.
+    assert "| 200 | **2.0** ± 0.0 (2.0) |" in result.stdout and "| 400 | **7.0** ± 0.0 (7.0) |" in result.stdout
+
+
 def test_curves_reads_existing_runs(cli, tmp_path: Path) -> None:
     for seed, scores in ((1, [1.0, 3.0, 5.0]), (2, [2.0, 4.0, 6.0])):
         run = tmp_path / "runs" / f"seed{seed}"
@@ -243,7 +257,7 @@ def test_the_sb3_peer_writes_full_game_records(cli, tmp_path: Path) -> None:
     # Full games: a random policy's whole game lasts well over one life (5 lives in Breakout).
     assert np.mean([g.length for g in games]) > 100
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["env_steps"] >= 1024
+    assert summary["env_steps"] >= 1024 and summary["status"] == "completed"
     [machine] = summary["machines"]  # SB3 too repeats a seed on one machine only
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and machine["device"] == "cpu"
     assert cli.leftovers() == []
@@ -287,6 +301,25 @@ def test_runs_end_with_a_killed_curves(cli, tmp_path: Path) -> None:
     process.communicate(timeout=60)
     assert cli.leftovers() == []
     assert _statuses(tmp_path / "out") == ["interrupted", "interrupted"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason='the peer needs pip install -e ".[compare]"')
+def test_a_peer_run_names_its_machine_before_it_ends(cli, tmp_path: Path) -> None:
+    # Killed before its end (kill -9, a machine taken back), the peer's run must still say where it ran.
+    process = cli.start("experiments.peer_sb3", "--seed", "1", "--total-env-steps", "1000000", "--run-dir", str(tmp_path))
+    deadline = time.monotonic() + 600
+    while not (tmp_path / "summary.json").exists():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no summary.json"
+        time.sleep(0.02)
+    process.kill()
+    process.communicate(timeout=60)
+    assert cli.leftovers() == []
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["status"], summary["seed"], summary["env_steps"], summary["total_env_steps"]) == ("running", 1, 0, 1_000_000)
+    [machine] = summary["machines"]
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
 
 
 def test_a_peer_run_among_others_gets_its_share_of_the_cores(tmp_path: Path) -> None:

@@ -71,6 +71,38 @@ def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Pa
     assert cli.leftovers() == []
 
 
+def test_a_killed_run_still_says_where_it_ran_and_where_it_stopped(cli, tmp_path: Path) -> None:
+    # A run that never reaches its end (kill -9, a machine taken back) writes no final summary; the
+    # one it wrote at its start and at each checkpoint must still name its machine and checkpoint.
+    import time
+
+    import torch
+
+    from ppo.devices import machine_fingerprint
+
+    process = cli.start("experiments.breakout", "--updates", "1000", *TINY, "--checkpoint-every", "2", "--device", "cpu",
+                        "--data-dir", str(tmp_path))
+    deadline = time.monotonic() + 600
+    while True:  # until the summary written after the checkpoint of update 2 is there
+        found = list(tmp_path.glob("breakout/*/summary.json"))
+        if found and json.loads(found[0].read_text())["updates"] >= 2:
+            break
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no summary after a checkpoint"
+        time.sleep(0.02)
+    process.kill()  # SIGKILL: nothing of the run's own ending runs
+    process.communicate(timeout=60)
+    assert cli.leftovers() == []  # its workers see the trainer gone and end
+    summary = json.loads(found[0].read_text())
+    assert summary["status"] == "running" and summary["machines"] == [machine_fingerprint(torch.device("cpu"))]
+    # Written just after a checkpoint (every 2 updates), so it names that checkpoint's update and
+    # steps; a kill between a checkpoint and its summary leaves the checkpoint one period ahead.
+    assert summary["updates"] % 2 == 0 and summary["env_steps"] == summary["updates"] * 2 * 16
+    checkpoint = load_checkpoint(Path(summary["checkpoint"]))
+    assert checkpoint["update"] in (summary["updates"], summary["updates"] + 2)
+    assert checkpoint["machines"] == summary["machines"]
+
+
 @pytest.mark.slow
 def test_same_seed_gives_the_same_first_rollout() -> None:
     def first_rollout(seed: int) -> dict[str, np.ndarray]:

@@ -3,8 +3,11 @@
 `TrainingRun(config).run()` is what `python -m experiments.breakout` and every sweep trial do:
 set labml up (run folder, configs, dashboard), start the env pool, train update after update
 with per-game records and periodic checkpoints, stop cleanly on Ctrl-C/SIGTERM or on a fault,
-and always leave a `summary.json`. Exit codes: 0 done; 128 + signal number when a signal stopped
-it early (after a checkpoint); 1 when a fault stopped it (its last good state checkpointed).
+and always leave a `summary.json`: written as the run starts and at each periodic checkpoint with
+status `running`, rewritten at the end with how it ended, so a run that never reaches its end (a
+SIGKILL, a lost machine) still names its machines, its steps and its checkpoint. Exit codes: 0
+done; 128 + signal number when a signal stopped it early (after a checkpoint); 1 when a fault
+stopped it (its last good state checkpointed).
 """
 
 from __future__ import annotations
@@ -212,6 +215,7 @@ class TrainingRun:
         self.checkpointed_update: int | None = None  # the update of that checkpoint
         self.run_dir = Path()  # known once labml has created the run
         self.started = time.perf_counter()
+        self.first_update = self.first_steps = 0  # where this session's training began (for its steps/s)
         # Every machine that trained this run: a seed is the same run only on one machine
         # (machine_fingerprint), so curves can tell paired seeds from independent draws.
         self.machines: list[dict[str, str]] = checked_machines(resume.get("machines")) if resume is not None else []
@@ -238,9 +242,10 @@ class TrainingRun:
                 say(f"resumed at update {trainer.update:,} of {config.last_update:,}")
             else:
                 trainer.reset_envs()
-            first_update, first_steps = trainer.update, trainer.env_steps
+            self.first_update, self.first_steps = trainer.update, trainer.env_steps
             games = GamesCsv(self.run_dir / "games.csv", keep=trainer.games)
             publish(self.run_dir / "games.csv")
+            self._summary(trainer, status="running")
             try:
                 self._train(trainer, live, games, device)
             except FAULTS as fault:
@@ -258,7 +263,7 @@ class TrainingRun:
             finally:
                 games.append(trainer.take_finished_games())  # those of an update cut short, too
                 games.close()
-                summary = self._summary(trainer, first_update, first_steps)
+                summary = self._summary(trainer)
                 self._finish_dashboard()
         return self._report(summary)
 
@@ -324,6 +329,7 @@ class TrainingRun:
                 progress.show(trainer.update, trainer.env_steps, trainer.score_mean())
                 if config.checkpoint_every and trainer.update % config.checkpoint_every == 0:
                     boundary = self._checkpoint(trainer, live)  # also the next update's starting state
+                    self._summary(trainer, status="running")  # names the checkpoint a killed run resumes from
                 if self.stop.requested:
                     break
             if self.checkpointed_update != trainer.update:
@@ -368,13 +374,14 @@ class TrainingRun:
                                   f"{e.strerror or e}; checkpoint.pt is intact") from e
         self.checkpointed_update = state["update"]
 
-    def _summary(self, trainer: Trainer, first_update: int, first_steps: int) -> dict[str, Any]:
+    def _summary(self, trainer: Trainer, status: str | None = None) -> dict[str, Any]:
+        """Write summary.json: how the run ended (`status` None: `self.status`), or `running`."""
         elapsed = time.perf_counter() - self.started
         existing = checkpoint_path(self.run_dir)
         checkpoint = self.checkpoint_file or (existing if existing.exists() else None)
         summary = {
             "run_uuid": experiment.get_uuid(),
-            "status": self.status,
+            "status": status or self.status,
             "error": self.error,
             "updates": trainer.update,
             "env_steps": trainer.env_steps,
@@ -387,7 +394,7 @@ class TrainingRun:
             "worker_restarts": trainer.worker_restarts,
             "precision": precision_of(trainer.model.compute_dtype),  # what `auto` became here
             "machines": self.machines,
-            "sps": (trainer.env_steps - first_steps) / elapsed if trainer.update > first_update else None,
+            "sps": (trainer.env_steps - self.first_steps) / elapsed if trainer.update > self.first_update else None,
             "wall_time_s": elapsed,
             "checkpoint": str(checkpoint) if checkpoint else None,
             "run_dir": str(self.run_dir),
