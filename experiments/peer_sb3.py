@@ -74,6 +74,7 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     env = VecFrameStack(make_atari_env(ENV_ID, n_envs=ZOO_N_ENVS, seed=seed), n_stack=4)
     model = PPO("CnnPolicy", env, learning_rate=linear(ZOO_LEARNING_RATE), clip_range=linear(ZOO_CLIP_RANGE),
                 seed=seed, verbose=0, **ZOO_ATARI)
+
     def write_summary(status: str) -> None:
         # Written first as `running`, so a run that never ends (killed, its machine lost) still names
         # its machine: SB3 too repeats a seed on one machine only.
