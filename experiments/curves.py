@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,22 +66,24 @@ def score_at(games: Sequence[GameRow], steps: np.ndarray, window: int) -> np.nda
         return np.where(count > 0, (sums[count] - sums[first]) / (count - first), np.nan)
 
 
-def build_curve(label: str, run_dirs: Sequence[Path], steps: np.ndarray, window: int) -> Curve:
-    """The label's scores on `steps`, NaN past the fewest steps any of its runs covers: a label's
-    mean is always over all its seeds, and a label still training leaves the others' rows whole."""
-    scores = np.stack([score_at(read_games(d / "games.csv"), steps, window) for d in run_dirs])
-    scores[:, steps > run_span(run_dirs)] = np.nan
+def build_curve(label: str, run_dirs: Sequence[Path], games: Mapping[Path, Sequence[GameRow]], span: int,
+                steps: np.ndarray, window: int) -> Curve:
+    """The label's scores on `steps`, NaN past `span` (`run_span`: the fewest steps any of its runs
+    covers): a label's mean is always over all its seeds, and a label still training leaves the
+    others' rows whole. `games`: each run's games.csv, read once."""
+    scores = np.stack([score_at(games[d], steps, window) for d in run_dirs])
+    scores[:, steps > span] = np.nan
     return Curve(label, tuple(str(d) for d in run_dirs), steps, scores)
 
 
-def run_span(run_dirs: Sequence[Path]) -> int:
+def run_span(run_dirs: Sequence[Path], games: Mapping[Path, Sequence[GameRow]]) -> int:
     """The fewest agent steps any of the runs covers: the end of its last game, or its
     summary.json's `env_steps` where that is further (the steps after a run's last game), or its
     schedule's length when it ran to the schedule's end (a 1M schedule in batches of 1,024 ends at
     999,424 steps; its last games are its score at 1M). A run still going (or killed) has a
     summary of status `running` whose steps are its last checkpoint's; its games go further."""
     def steps(run_dir: Path) -> int:
-        last_game = max((g.env_step for g in read_games(run_dir / "games.csv")), default=0)
+        last_game = max((g.env_step for g in games[run_dir]), default=0)
         summary = read_summary(run_dir)
         try:
             covered = int(summary["env_steps"])
@@ -338,11 +340,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         folders = iter(train_seeds([run for runs in sides.values() for run in runs], args.jobs))
         groups = {label: [next(folders) for _ in runs] for label, runs in sides.items()}
 
-    span = max(run_span(dirs) for dirs in groups.values())
+    games = {d: read_games(d / "games.csv") for dirs in groups.values() for d in dirs}
+    spans = {label: run_span(dirs, games) for label, dirs in groups.items()}
+    span = max(spans.values())
     steps = np.unique(np.concatenate([np.arange(args.grid, span + 1, args.grid), [b for b in args.budgets if b <= span]])).astype(np.int64)
     if steps.size == 0:
         fail(f"the runs reached {span} agent steps, less than one --grid step ({args.grid})")
-    curves = [build_curve(label, dirs, steps, args.window) for label, dirs in groups.items()]
+    curves = [build_curve(label, dirs, games, spans[label], steps, args.window) for label, dirs in groups.items()]
     write_csv(curves, out / "curves.csv")
     plot(curves, out / "curves.png", f"{args.window} games")
     markdown = table(curves, args.budgets)

@@ -17,6 +17,7 @@ import torch
 from experiments.curves import score_at
 from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
 from ppo.checkpoint import load_checkpoint, save_checkpoint
+from tests.conftest import wait_for_file
 
 TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "128", "--minibatches", "2", "--epochs", "1"]
 
@@ -308,11 +309,7 @@ def test_runs_end_with_a_killed_curves(cli, tmp_path: Path) -> None:
 def test_a_peer_run_names_its_machine_before_it_ends(cli, tmp_path: Path) -> None:
     # Killed before its end (kill -9, a machine taken back), the peer's run must still say where it ran.
     process = cli.start("experiments.peer_sb3", "--seed", "1", "--total-env-steps", "1000000", "--run-dir", str(tmp_path))
-    deadline = time.monotonic() + 600
-    while not (tmp_path / "summary.json").exists():
-        assert process.poll() is None, process.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, "no summary.json"
-        time.sleep(0.02)
+    wait_for_file(tmp_path / "summary.json", process)
     process.kill()
     process.communicate(timeout=60)
     assert cli.leftovers() == []

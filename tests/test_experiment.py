@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import multiprocessing
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from configs.ppo import PPOConfig
 from experiments.breakout import main
 from ppo.checkpoint import load_checkpoint
+from ppo.devices import machine_fingerprint
 from tests.conftest import train_from_seed
 
 TINY = ["--n-workers", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "2"]
@@ -74,12 +77,6 @@ def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Pa
 def test_a_killed_run_still_says_where_it_ran_and_where_it_stopped(cli, tmp_path: Path) -> None:
     # A run that never reaches its end (kill -9, a machine taken back) writes no final summary; the
     # one it wrote at its start and at each checkpoint must still name its machine and checkpoint.
-    import time
-
-    import torch
-
-    from ppo.devices import machine_fingerprint
-
     process = cli.start("experiments.breakout", "--updates", "1000", *TINY, "--checkpoint-every", "2", "--device", "cpu",
                         "--data-dir", str(tmp_path))
     deadline = time.monotonic() + 600
