@@ -219,18 +219,23 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-def train_seeds(runs: Sequence[SeedRun], jobs: int) -> list[Path]:
-    """Train the runs, `jobs` at a time; each run's folder, in the order given.
+def train_seeds(runs: Sequence[SeedRun], jobs: int) -> tuple[list[Path], list[str]]:
+    """Train the runs, `jobs` at a time; each run's folder, in the order given, and a line for
+    each run that was stopped early.
 
     Each run has its own session, so a Ctrl-C or SIGTERM reaches it once, from here: curves passes
     on every SIGINT and SIGTERM it gets (the first stops each run at its next update, checkpointed
     and resumable; a second stops it at once), waits for the runs to end, and exits. A run that
-    fails stops the others the same way. Each run's stderr goes to `stderr.log` in its folder.
+    fails stops the others the same way. A run stopped by a SIGINT or SIGTERM sent to it alone
+    (`kill -TERM -PGID`, when that seed has gone far enough) is not a failure: it ends
+    at its checkpoint, the others go on, and its label's curve ends where it stopped. Each run's
+    stderr goes to `stderr.log` in its folder.
     """
     pending: list[SeedRun] = list(runs)
     going: dict[subprocess.Popen[bytes], SeedRun] = {}
     signals: list[int] = []
     failure: str | None = None
+    stopped: list[str] = []
 
     def stop_all(signum: int, _frame: object = None) -> None:
         signals.append(signum)
@@ -252,7 +257,11 @@ def train_seeds(runs: Sequence[SeedRun], jobs: int) -> list[Path]:
             os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)  # until some run ends (left for poll() to reap)
             for process in [p for p in going if p.poll() is not None]:
                 run = going.pop(process)
-                if process.returncode != 0 and failure is None and not signals:
+                by = stopping_signal(process.returncode)
+                if by is not None and not signals and failure is None:  # not one of ours: a stop sent to this run alone
+                    stopped.append(f"{run.side} seed {run.seed} was stopped by {by} sent to it alone; its label's curve ends where it stopped")
+                    print(f"curves: {stopped[-1]} (the other runs go on)", file=sys.stderr, flush=True)
+                elif process.returncode != 0 and failure is None and not signals:
                     failure = f"{run.side} seed {run.seed} exited with {process.returncode}: {_error_line(run.out / 'stderr.log')}"
                     stop_all(signal.SIGTERM)
                     signals.clear()  # the failure is what ends this command, not a signal
@@ -265,7 +274,17 @@ def train_seeds(runs: Sequence[SeedRun], jobs: int) -> list[Path]:
         sys.exit(128 + signals[0])
     if failure is not None:
         fail(failure)
-    return [_run_folder(run) for run in runs]
+    return [_run_folder(run) for run in runs], stopped
+
+
+def stopping_signal(returncode: int) -> str | None:
+    """The stop request (SIGINT or SIGTERM) that ended a run, from its exit status: 128 + the
+    signal where the run stopped at a checkpoint (experiments/run/stopping.py, and the peer), minus
+    the signal where it had no handler yet; None for any other ending (a fault, a SIGKILL)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if returncode in (128 + sig, -sig):
+            return sig.name
+    return None
 
 
 def _error_line(log: Path) -> str:
@@ -326,6 +345,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
+    stopped: list[str] = []  # runs stopped by a signal to them alone, one line each
     if args.runs:
         groups = parse_runs(args.runs)
     else:
@@ -337,7 +357,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         sides = {"project": [seed_run("project", s, args, extra) for s in args.seeds]}
         if args.peer == "sb3":
             sides["SB3 PPO (rl-zoo)"] = [seed_run("sb3", s, args, []) for s in args.seeds]
-        folders = iter(train_seeds([run for runs in sides.values() for run in runs], args.jobs))
+        trained, stopped = train_seeds([run for runs in sides.values() for run in runs], args.jobs)
+        folders = iter(trained)
         groups = {label: [next(folders) for _ in runs] for label, runs in sides.items()}
 
     games = {d: read_games(d / "games.csv") for dirs in groups.values() for d in dirs}
@@ -352,6 +373,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     markdown = table(curves, args.budgets)
     if (note := machines_note(groups)) is not None:
         markdown += f"\n{note}\n"
+    for line in stopped:
+        markdown += f"\nnote: {line}.\n"
     (out / "table.md").write_text(markdown)
     print(markdown, end="")
     print(f"curves: wrote {out / 'curves.csv'}, {out / 'curves.png'}, {out / 'table.md'}")

@@ -22,6 +22,7 @@ from typing import Any
 
 from configs.cli import OneLineParser, docstring_help, fail
 from experiments.run.games_csv import GamesCsv
+from experiments.run.stopping import GracefulStop
 
 ENV_ID = "BreakoutNoFrameskip-v4"
 ZOO_ATARI: dict[str, Any] = {"n_steps": 128, "n_epochs": 4, "batch_size": 256, "vf_coef": 0.5, "ent_coef": 0.01}
@@ -53,11 +54,13 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     gym.register_envs(ale_py)
 
     class RecordGames(BaseCallback):
-        """Each finished game into games.csv; stops learn() at the budget, not the schedule's end."""
+        """Each finished game into games.csv; stops learn() at the budget, not the schedule's end,
+        or at the next step after a Ctrl-C or SIGTERM."""
 
-        def __init__(self, games: GamesCsv) -> None:
+        def __init__(self, games: GamesCsv, stop: GracefulStop) -> None:
             super().__init__()
             self.games = games
+            self.stop = stop
             self.update = 1
 
         def _on_rollout_end(self) -> None:
@@ -69,7 +72,7 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
                     for info in self.locals["infos"] if "episode" in info]
             if rows:
                 self.games.append(rows)
-            return self.num_timesteps < stop_after
+            return self.num_timesteps < stop_after and self.stop.requested is None
 
     env = VecFrameStack(make_atari_env(ENV_ID, n_envs=ZOO_N_ENVS, seed=seed), n_stack=4)
     model = PPO("CnnPolicy", env, learning_rate=linear(ZOO_LEARNING_RATE), clip_range=linear(ZOO_CLIP_RANGE),
@@ -82,12 +85,19 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
                                               "total_env_steps": total_env_steps, "machines": [machine_fingerprint(model.device)]})
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_summary("running")
-    with GamesCsv(run_dir / "games.csv", keep=0) as games:
-        model.learn(total_timesteps=total_env_steps, callback=RecordGames(games))
-    env.close()
-    write_summary("completed")
-    return 0
+    # Stopped like the project's runs: the first signal ends learn() at the next step with every
+    # game so far recorded, a second at once; either way the summary says so and the exit status is
+    # 128 + the signal, which `curves` reads as a stop, not a fault. (SB3 cannot resume a run.)
+    with GracefulStop() as stop:
+        write_summary("running")  # once a signal can no longer end the run without a summary
+        with GamesCsv(run_dir / "games.csv", keep=0) as games:
+            try:
+                model.learn(total_timesteps=total_env_steps, callback=RecordGames(games, stop))
+            except KeyboardInterrupt:  # the second signal
+                pass
+        env.close()
+    write_summary("interrupted" if stop.requested else "completed")
+    return stop.exit_code
 
 
 PROG = "python -m experiments.peer_sb3"

@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import json
 import math
+import os
 import signal
 import time
 from pathlib import Path
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.curves import score_at
+from experiments.curves import score_at, stopping_signal
+from experiments.run import process_table
 from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import wait_for_file
@@ -264,12 +266,12 @@ def test_the_sb3_peer_writes_full_game_records(cli, tmp_path: Path) -> None:
     assert cli.leftovers() == []
 
 
-def _start_two_seeds_at_once(cli, out: Path):
+def _start_two_seeds_at_once(cli, out: Path, *curve_options: str):
     """curves --jobs 2 on two seeds whose budget they cannot reach in a test; returned once both
     runs have checkpointed, which only two runs going at once can do (with one job at a time the
     second would wait for the first, which does not end)."""
     process = cli.start("experiments.curves", "--jobs", "2", "--seeds", "1", "2", "--total-env-steps", "1000000", "--budget", "1000000",
-                        "--out", str(out), *TINY_RUN, "--checkpoint-every", "1")
+                        "--out", str(out), *curve_options, *TINY_RUN, "--checkpoint-every", "1")
     for seed in (1, 2):
         deadline = time.monotonic() + 600
         while not list((out / "runs" / "project" / f"seed{seed}").glob("project/*/checkpoints/checkpoint.pt")):
@@ -292,6 +294,59 @@ def test_curves_passes_a_sigterm_to_every_run_and_leaves_none_behind(cli, tmp_pa
     assert stderr.strip().splitlines()[-1].startswith("curves: stopped by SIGTERM; each run stopped at a checkpoint"), stderr
     assert _statuses(tmp_path / "out") == ["interrupted", "interrupted"]  # each stopped at an update, checkpointed
     assert cli.leftovers() == []
+
+
+def _run_of_seed(curves_pid: int, seed: int) -> int:
+    """The pid of curves' run of `seed`, which is also its process group (each run has a session)."""
+    for pid in process_table.children(curves_pid):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"--seed" in argv and argv[argv.index(b"--seed") + 1] == str(seed).encode():
+            return pid
+    raise AssertionError(f"curves (pid {curves_pid}) has no run of seed {seed}")
+
+
+def test_a_runs_exit_status_says_whether_a_stop_request_ended_it() -> None:
+    # 128 + n: the run stopped at a checkpoint on signal n; -n: signal n ended it before any handler.
+    assert [stopping_signal(code) for code in (130, 143, -2, -15)] == ["SIGINT", "SIGTERM", "SIGINT", "SIGTERM"]
+    assert [stopping_signal(code) for code in (0, 1, 2, 137, -9, 129)] == [None] * 6  # ended, faults, SIGKILL, SIGHUP
+
+
+@pytest.mark.slow
+def test_a_run_stopped_alone_ends_its_curve_and_the_others_go_on(cli, tmp_path: Path) -> None:
+    # The user stops one seed's run (its whole process group), not curves: that is not a failure.
+    out = tmp_path / "out"
+    process = _start_two_seeds_at_once(cli, out, "--grid", "128", "--window", "5", "--budgets", "256")
+    first, second = _run_of_seed(process.pid, 1), _run_of_seed(process.pid, 2)
+    _wait_for_a_game(out, 1, process)
+    os.killpg(first, signal.SIGTERM)
+    line = ""
+    while "seed 1 was stopped" not in line:
+        line = process.stderr.readline()
+        assert line, f"curves ended (exit {process.wait()}) without going on: {process.communicate()[1][-3000:]}"
+    assert line.strip() == ("curves: project seed 1 was stopped by SIGTERM sent to it alone; its label's curve ends where it "
+                            "stopped (the other runs go on)")
+    assert process.poll() is None and process_table.is_alive(second)  # neither curves nor seed 2 was stopped with it
+    _wait_for_a_game(out, 2, process)
+    os.killpg(second, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+    assert _statuses(out) == ["interrupted", "interrupted"]  # each at a checkpoint, resumable
+    table = (out / "table.md").read_text()
+    assert table.count("sent to it alone; its label's curve ends where it stopped.") == 2, table
+    stopped_at = [json.loads(p.read_text())["env_steps"] for p in sorted(out.glob("runs/project/seed*/project/*/summary.json"))]
+    rows = list(csv.DictReader((out / "curves.csv").open()))
+    assert rows and {r["label"] for r in rows} == {"project"} and {int(r["seeds"]) for r in rows} == {2}
+    assert int(rows[-1]["env_step"]) <= min(stopped_at)  # the label's curve ends where its first run stopped
+    assert cli.leftovers() == []
+
+
+def _wait_for_a_game(out: Path, seed: int, process, timeout_s: float = 600) -> None:
+    """Until the run of `seed` under curves' `out` has recorded a finished game."""
+    deadline = time.monotonic() + timeout_s
+    while not any(read_games(p) for p in out.glob(f"runs/project/seed{seed}/project/*/games.csv")):
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"seed {seed} finished no game in {timeout_s} s"
+        time.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -317,6 +372,21 @@ def test_a_peer_run_names_its_machine_before_it_ends(cli, tmp_path: Path) -> Non
     assert (summary["status"], summary["seed"], summary["env_steps"], summary["total_env_steps"]) == ("running", 1, 0, 1_000_000)
     [machine] = summary["machines"]
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason='the peer needs pip install -e ".[compare]"')
+def test_a_peer_run_stops_at_a_sigterm_with_its_games_and_summary(cli, tmp_path: Path) -> None:
+    # Like the project's runs: it ends at its next step, says so, and exits 128 + 15 (curves reads that as a stop).
+    process = cli.start("experiments.peer_sb3", "--seed", "1", "--total-env-steps", "1000000", "--run-dir", str(tmp_path))
+    wait_for_file(tmp_path / "summary.json", process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and 8 <= summary["env_steps"] < 1_000_000  # 8 games: one step is 8 agent steps
+    assert all(g.env_step <= summary["env_steps"] for g in read_games(tmp_path / "games.csv"))
+    assert cli.leftovers() == []
 
 
 def test_a_peer_run_among_others_gets_its_share_of_the_cores(tmp_path: Path) -> None:
