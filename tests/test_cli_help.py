@@ -20,7 +20,7 @@ from ppo.checkpoint import load_checkpoint
 from tests.conftest import REPO
 from tests.test_experiment import summary_of
 
-ENTRY_POINTS = ["breakout", "evaluate", "dashboard", "tweak", "benchmark", "chaos", "sweep", "curves", "peer_sb3"]
+ENTRY_POINTS = ["breakout", "evaluate", "dashboard", "tweak", "benchmark", "chaos", "sweep", "curves", "peer_sb3", "value_clip"]
 UNDERSCORED = [f.name for f in config_fields() if "_" in f.name]
 
 

@@ -1,0 +1,127 @@
+"""What each value clip ε would hold back at one point of a run: `python -m experiments.value_clip --help`.
+
+    python -m experiments.value_clip --run RUN_UUID --epsilons 0.05 0.1 0.2 0.5
+
+A clipped value loss, max((V − R)², (V_old + clip(V − V_old, ±ε) − R)²), gives a sample no value
+gradient at all once its value has moved more than ε from the one it was sampled with and the
+clipped term is the larger: that sample teaches the critic nothing for the rest of the update.
+A run reports the share of such samples as `value_clip_fraction`, for the ε it trains with (the
+policy's annealed clip by default). This command answers what a user choosing ε asks next: what
+would another ε do at this point of this run? It loads the run's checkpoint, samples one rollout
+from it (the run's own games, continued exactly), then runs one whole update per ε, each from the
+checkpoint's parameters, Adam state and shuffle, and prints each update's `value_clip_fraction`
+(the mean over its minibatches, as a run reports it) and value loss. The first row is the run's
+own ε. Nothing is written: the run is left as it was. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from configs.cli import OneLineParser, docstring_help, fail
+from configs.ppo import ConfigError, PPOConfig, validate
+from experiments.evaluate import resolve_checkpoint
+from experiments.run.console import say
+from experiments.run.lifecycle import check_fits, checked_live_values
+from game.atari import is_known_game
+from game.vector import game_specs, make_pool
+from ppo.checkpoint import CheckpointError
+from ppo.devices import resolve_device
+from ppo.seeding import derive_seeds
+from ppo.trainer import Trainer
+
+DEFAULT_EPSILONS = ("0.05", "0.1", "0.2", "0.5", "1.0")
+
+
+def _bad(option: str, value: Any, accepted: str) -> NoReturn:
+    fail(f"{option} {value}: expected {accepted}")
+
+
+def parse_epsilon(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):  # NaN fails too
+        _bad("--epsilons", text, "finite numbers ≥ 0 (value clip ranges, in the value's own units)")
+    return value
+
+
+def own_clip(config: PPOConfig, epsilon: float | None) -> str:
+    """How the run itself sets its value clip, for the first row."""
+    if epsilon is None:
+        return "the run's own: none (--clip-value-loss false)"
+    if config.value_clip_range is None:
+        return f"the run's own: {epsilon:.4g} (the policy's clip{', annealed' if config.anneal_clip_range else ''})"
+    return f"the run's own: {epsilon:.4g} (--value-clip-range, fixed)"
+
+
+PROG = "python -m experiments.value_clip"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    parser = OneLineParser(prog=prog, description=docstring_help(__doc__)[0])
+    parser.add_argument("--run", metavar="RUN_UUID", help="the run to measure: its last checkpoint, or the --checkpoint given")
+    parser.add_argument("--checkpoint", metavar="PATH", help="a checkpoint file to measure (alone, or with --run)")
+    parser.add_argument("--data-dir", metavar="DIR", default="runs", help="folder that holds the runs (default: runs)")
+    parser.add_argument("--epsilons", metavar="E", nargs="+", default=list(DEFAULT_EPSILONS),
+                        help=f"value clip ranges to try, beside the run's own (default: {' '.join(DEFAULT_EPSILONS)})")
+    parser.add_argument("--device", metavar="DEVICE", default="cpu", help="cpu (the default), auto, cuda or cuda:N")
+    args = parser.parse_args(argv)
+    epsilons = [parse_epsilon(text) for text in args.epsilons]
+    try:
+        device = resolve_device(args.device)
+    except ConfigError as e:
+        fail(str(e))
+    path, state, run_uuid = resolve_checkpoint(args.run, args.checkpoint, args.data_dir)
+    option, value = ("--checkpoint", args.checkpoint) if args.checkpoint is not None else ("--run", args.run)
+    try:
+        # Its games on worker processes here, whatever transport trained it; no dashboard.
+        saved = PPOConfig.from_dict(state["config"])
+        config = validate(dataclasses.replace(saved, backend="local", ray_address=None, dashboard=None), is_known_game)
+        check_fits(state, config)
+    except (ConfigError, CheckpointError, KeyError, TypeError, ValueError) as e:
+        _bad(option, value, f"a checkpoint written by python -m experiments.breakout ({e})")
+    live = checked_live_values(state.get("live_values"))
+
+    seeds = derive_seeds(config.seed, config.n_envs)
+    with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
+        trainer = Trainer(config, pool, seeds, device, live_values=lambda: live, on_event=say)
+        trainer.load_state_dict(state)  # parameters, Adam, the shuffle and the games' emulator states
+        settings = trainer.schedule()  # the next update's, as the run would use them
+        at_update, at_steps = trainer.update, trainer.env_steps
+        trainer.collect()
+        model, optimizer, shuffle = (copy.deepcopy(trainer.model.state_dict()), copy.deepcopy(trainer.optimizer.state_dict()),
+                                     copy.deepcopy(trainer.shuffle_rng.bit_generator.state))
+        rows: list[dict[str, Any]] = []
+        for label, epsilon in [(own_clip(config, settings.value_clip_range), settings.value_clip_range),
+                               *((f"{e:g}", e) for e in epsilons)]:
+            trainer.model.load_state_dict(model)  # every update from the same point: only ε differs
+            # A copy each time: Adam takes the loaded tensors as its own and updates them in place.
+            trainer.optimizer.load_state_dict(copy.deepcopy(optimizer))
+            trainer.shuffle_rng.bit_generator.state = shuffle
+            metrics = trainer.optimize(dataclasses.replace(settings, value_clip_range=epsilon))
+            rows.append({"label": label, "value_clip_range": epsilon, "value_clip_fraction": metrics["value_clip_fraction"],
+                         "value_loss": metrics["value_loss"]})
+
+    print(f"{path}: update {at_update:,} of {config.n_updates:,} ({at_steps:,} agent steps), "
+          f"one rollout of {trainer.rollout.size:,} transitions, one update of {settings.epochs} epoch(s) × "
+          f"{config.minibatches} minibatches per ε, each from the checkpoint")
+    width = max(len(r["label"]) for r in rows)
+    print(f"{'value clip ε':<{width}}  value_clip_fraction  value_loss")
+    for r in rows:
+        print(f"{r['label']:<{width}}  {r['value_clip_fraction']:>19.1%}  {r['value_loss']:>10.4f}")
+    print(json.dumps({"checkpoint": str(path), "run_uuid": run_uuid, "update": at_update, "n_updates": config.n_updates,
+                      "env_steps": at_steps, "clip_range": settings.clip_range, "rows": rows}),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
