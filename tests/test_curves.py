@@ -343,7 +343,8 @@ def test_a_run_stopped_alone_ends_its_curve_and_the_others_go_on(cli, tmp_path: 
 def _wait_for_a_game(out: Path, seed: int, process, timeout_s: float = 600) -> None:
     """Until the run of `seed` under curves' `out` has recorded a finished game."""
     deadline = time.monotonic() + timeout_s
-    while not any(read_games(p) for p in out.glob(f"runs/project/seed{seed}/project/*/games.csv")):
+    # Whole lines only (the header and one row): the run may be writing the next one as this reads.
+    while not any(p.read_text().count("\n") >= 2 for p in out.glob(f"runs/project/seed{seed}/project/*/games.csv")):
         assert process.poll() is None, process.communicate()[1][-3000:]
         assert time.monotonic() < deadline, f"seed {seed} finished no game in {timeout_s} s"
         time.sleep(0.05)
