@@ -333,12 +333,15 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parser.add_argument("--window", type=int, default=100, metavar="INT", help="games averaged for a score (default: 100)")
     parser.add_argument("--grid", type=int, default=10_000, metavar="INT", help="agent steps between curve points (default: 10000)")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS), metavar="INT", help="rows of the table")
+    parser.add_argument("--until", type=int, default=None, metavar="INT",
+                        help="draw and table the runs up to this many agent steps, as when runs of 1M sit beside runs of 500k "
+                             "(default: as far as they go)")
     parser.add_argument("--out", default="curves", metavar="DIR", help="where curves.csv, curves.png, table.md (and trained runs) go")
     args, extra = parser.parse_known_args(argv)
     if extra and args.runs:
         fail(f"{extra[0]}: training options are only taken when training, not with --runs")
-    for name in ("total_env_steps", "budget", "window", "grid", "jobs"):
-        if getattr(args, name) <= 0:
+    for name in ("total_env_steps", "budget", "window", "grid", "jobs", "until"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} {getattr(args, name)}: expected an integer > 0")
     if args.budget > args.total_env_steps:
         fail(f"--budget {args.budget}: expected at most --total-env-steps {args.total_env_steps}")
@@ -362,7 +365,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         groups = {label: [next(folders) for _ in runs] for label, runs in sides.items()}
 
     games = {d: read_games(d / "games.csv") for dirs in groups.values() for d in dirs}
-    spans = {label: run_span(dirs, games) for label, dirs in groups.items()}
+    spans = {label: run_span(dirs, games) if args.until is None else min(run_span(dirs, games), args.until) for label, dirs in groups.items()}
     span = max(spans.values())
     steps = np.unique(np.concatenate([np.arange(args.grid, span + 1, args.grid), [b for b in args.budgets if b <= span]])).astype(np.int64)
     if steps.size == 0:

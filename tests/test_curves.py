@@ -237,8 +237,27 @@ def test_a_label_still_training_does_not_blank_the_others(cli, tmp_path: Path) -
     assert_plot_drawn(tmp_path / "out" / "curves.png")
 
 
+def test_until_cuts_every_label_at_one_number_of_agent_steps(cli, tmp_path: Path) -> None:
+    # A 1M run beside 500k runs: the longer one's tail would stretch the plot and leave the others a corner of it.
+    for label, scores in (("long", [1.0, 3.0, 5.0, 7.0]), ("short", [2.0, 4.0])):
+        run = tmp_path / label / "seed1"
+        with GamesCsv(run / "games.csv", keep=0) as games:
+            games.append([(100 * (i + 1), i + 1, s, 10, False) for i, s in enumerate(scores)])
+        (run / "summary.json").write_text(json.dumps({"env_steps": 100 * len(scores)}))
+    result = cli.run("experiments.curves", "--runs", f"long={tmp_path / 'long'}", "--runs", f"short={tmp_path / 'short'}",
+                     "--grid", "100", "--window", "2", "--budgets", "200", "400", "--until", "300", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    # long at 200: mean(1, 3) = 2; short covers only 200 steps, so its 300 is blank; nothing past 300, 400 included.
+    assert "| 200 | **2.0** ± 0.0 (2.0) | **3.0** ± 0.0 (3.0) |" in result.stdout
+    assert "| 400 | – | – |" in result.stdout
+    rows = [(r["label"], r["env_step"], r["mean"]) for r in csv.DictReader((tmp_path / "out" / "curves.csv").open())]
+    assert rows == [("long", "100", "1.000"), ("long", "200", "2.000"), ("long", "300", "4.000"),
+                    ("short", "100", "2.000"), ("short", "200", "3.000")]
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["--runs", "nolabel"], "error: --runs nolabel: expected LABEL=DIR"),
+    (["--until", "0"], "error: --until 0: expected an integer > 0"),
     (["--runs", "x=/nonexistent/dir"], "error: --runs x=/nonexistent/dir: expected run folders holding games.csv"),
     (["--budget", "2000", "--total-env-steps", "1000"], "error: --budget 2000: expected at most --total-env-steps 1000"),
     (["--jobs", "0"], "error: --jobs 0: expected an integer > 0"),
