@@ -47,6 +47,11 @@ def fail(message: str) -> NoReturn:
     usage_error(message)
 
 
+def bad_value(option: str, value: Any, accepted: str) -> NoReturn:
+    """The one line for a value an option does not take: `error: OPTION VALUE: expected ACCEPTED`."""
+    fail(f"{option} {value}: expected {accepted}")
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """argparse's layout with a wider option column (`--learning-rate FLOAT` and its help on one
     line). Description and epilog paragraphs are wrapped to the terminal, except one holding a

@@ -17,11 +17,11 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
-from configs.cli import OneLineParser, fail
+from configs.cli import OneLineParser, bad_value, fail
 from configs.ppo import ConfigError
 from experiments.run.folders import checkpoint_path, find_run
 from game.atari import EpisodeStats, is_known_game
@@ -32,10 +32,6 @@ from ppo.evaluation import DEFAULT_GREEDY_EPSILON, evaluation_spec, model_from_c
 _UUID = re.compile(r"^[0-9a-f]{32}$")
 
 
-def _bad(option: str, value: Any, accepted: str) -> NoReturn:
-    fail(f"{option} {value}: expected {accepted}")
-
-
 def _int(option: str, text: str | None, minimum: int, allow_none: bool = False) -> int | None:
     if text is None or (allow_none and text.strip().lower() in ("none", "null")):
         return None
@@ -43,9 +39,9 @@ def _int(option: str, text: str | None, minimum: int, allow_none: bool = False) 
     try:
         value = int(text)
     except ValueError:
-        _bad(option, text, accepted)
+        bad_value(option, text, accepted)
     if value < minimum:
-        _bad(option, text, accepted)
+        bad_value(option, text, accepted)
     return value
 
 
@@ -57,11 +53,11 @@ def _epsilon(text: str | None, greedy: bool) -> float:
     except ValueError:
         value = math.nan
     if not 0.0 <= value <= 1.0:  # NaN fails too
-        _bad("--epsilon", text, "a number in [0, 1]")
+        bad_value("--epsilon", text, "a number in [0, 1]")
     return value
 
 
-def _device(text: str) -> torch.device:
+def parse_device(text: str) -> torch.device:
     try:
         return resolve_device(text)
     except ConfigError as e:
@@ -74,19 +70,19 @@ def _video_path(text: str | None) -> Path | None:
         return None
     path = Path(text)
     if path.suffix.lower() != ".mp4":
-        _bad("--video", text, "a file name ending in .mp4")
+        bad_value("--video", text, "a file name ending in .mp4")
     if path.is_dir():
-        _bad("--video", text, "a file path, not a folder")
+        bad_value("--video", text, "a file path, not a folder")
     parent = path.parent
     if not parent.is_dir():
-        _bad("--video", text, f"a path in an existing folder ({parent} does not exist)")
+        bad_value("--video", text, f"a path in an existing folder ({parent} does not exist)")
     if path.exists() and not path.is_file():
-        _bad("--video", text, "a path to a regular file")
+        bad_value("--video", text, "a path to a regular file")
     try:
         with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".probe"):
             pass
     except OSError as e:
-        _bad("--video", text, f"a path in a writable folder ({parent}: {e.strerror or e})")
+        bad_value("--video", text, f"a path in a writable folder ({parent}: {e.strerror or e})")
     return path
 
 
@@ -108,12 +104,12 @@ def resolve_checkpoint(run: str | None, checkpoint: str | None,
     if run is not None:
         run_dir = find_run(Path(data_dir), run)
         if run_dir is None:
-            _bad("--run", run,
+            bad_value("--run", run,
                  f"the uuid (32 hex digits) of a run under {data_dir}/ (none found there; see --data-dir)")
     if checkpoint is not None:
         path = Path(checkpoint)
         if run_dir is not None and not path.resolve().is_relative_to(run_dir.resolve()):
-            _bad("--checkpoint", checkpoint, f"a checkpoint of run {run}, i.e. a file under {run_dir}/ (or drop --run)")
+            bad_value("--checkpoint", checkpoint, f"a checkpoint of run {run}, i.e. a file under {run_dir}/ (or drop --run)")
         option, value = "--checkpoint", checkpoint
     else:
         assert run_dir is not None and run is not None
@@ -122,10 +118,10 @@ def resolve_checkpoint(run: str | None, checkpoint: str | None,
     try:
         state = load_checkpoint(path)
     except CheckpointError as e:
-        _bad(option, value, f"a readable checkpoint written by python -m experiments.breakout ({e})")
+        bad_value(option, value, f"a readable checkpoint written by python -m experiments.breakout ({e})")
     uuid = _run_uuid_of(path, state)
     if run is not None and uuid is not None and uuid != run:
-        _bad("--checkpoint", checkpoint, f"a checkpoint of run {run} (this one is from run {uuid}), or drop --run")
+        bad_value("--checkpoint", checkpoint, f"a checkpoint of run {run} (this one is from run {uuid}), or drop --run")
     return path, state, run if run is not None else uuid
 
 
@@ -172,7 +168,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     assert games is not None and seed is not None  # both have defaults, so never none
     max_steps = _int("--max-steps", args.max_steps, 1, allow_none=True)
     epsilon = _epsilon(args.epsilon, args.greedy)
-    device = _device(args.device)
+    device = parse_device(args.device)
     video = _video_path(args.video)
     path, state, run_uuid = resolve_checkpoint(args.run, args.checkpoint, args.data_dir)
     option, value = ("--checkpoint", args.checkpoint) if args.checkpoint is not None else ("--run", args.run)
@@ -180,10 +176,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         spec = evaluation_spec(state["config"], seed)
         model = model_from_checkpoint(state, device)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        _bad(option, value,
+        bad_value(option, value,
              f"a checkpoint written by python -m experiments.breakout (its config or weights do not fit: {e})")
     if not is_known_game(spec.game):
-        _bad(option, value, f"a checkpoint of an ALE game (its config names {spec.game!r})")
+        bad_value(option, value, f"a checkpoint of an ALE game (its config names {spec.game!r})")
 
     assert games is not None and seed is not None
     mode = "greedy" if args.greedy else "sampled"

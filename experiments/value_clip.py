@@ -22,25 +22,20 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from configs.cli import OneLineParser, docstring_help, fail
+from configs.cli import OneLineParser, bad_value, docstring_help
 from configs.ppo import ConfigError, PPOConfig, validate
-from experiments.evaluate import resolve_checkpoint
+from experiments.evaluate import parse_device, resolve_checkpoint
 from experiments.run.console import say
 from experiments.run.lifecycle import check_fits, checked_live_values
 from game.atari import is_known_game
 from game.vector import game_specs, make_pool
 from ppo.checkpoint import CheckpointError
-from ppo.devices import resolve_device
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 
 DEFAULT_EPSILONS = ("0.05", "0.1", "0.2", "0.5", "1.0")
-
-
-def _bad(option: str, value: Any, accepted: str) -> NoReturn:
-    fail(f"{option} {value}: expected {accepted}")
 
 
 def parse_epsilon(text: str) -> float:
@@ -49,7 +44,7 @@ def parse_epsilon(text: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):  # NaN fails too
-        _bad("--epsilons", text, "finite numbers ≥ 0 (value clip ranges, in the value's own units)")
+        bad_value("--epsilons", text, "finite numbers ≥ 0 (value clip ranges, in the value's own units)")
     return value
 
 
@@ -75,10 +70,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parser.add_argument("--device", metavar="DEVICE", default="cpu", help="cpu (the default), auto, cuda or cuda:N")
     args = parser.parse_args(argv)
     epsilons = [parse_epsilon(text) for text in args.epsilons]
-    try:
-        device = resolve_device(args.device)
-    except ConfigError as e:
-        fail(str(e))
+    device = parse_device(args.device)
     path, state, run_uuid = resolve_checkpoint(args.run, args.checkpoint, args.data_dir)
     option, value = ("--checkpoint", args.checkpoint) if args.checkpoint is not None else ("--run", args.run)
     try:
@@ -87,7 +79,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         config = validate(dataclasses.replace(saved, backend="local", ray_address=None, dashboard=None), is_known_game)
         check_fits(state, config)
     except (ConfigError, CheckpointError, KeyError, TypeError, ValueError) as e:
-        _bad(option, value, f"a checkpoint written by python -m experiments.breakout ({e})")
+        bad_value(option, value, f"a checkpoint written by python -m experiments.breakout ({e})")
     live = checked_live_values(state.get("live_values"))
 
     seeds = derive_seeds(config.seed, config.n_envs)
