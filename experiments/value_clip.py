@@ -16,7 +16,6 @@ own ε. Nothing is written: the run is left as it was. The last line printed is 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
@@ -89,15 +88,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         settings = trainer.schedule()  # the next update's, as the run would use them
         at_update, at_steps = trainer.update, trainer.env_steps
         trainer.collect()
-        model, optimizer, shuffle = (copy.deepcopy(trainer.model.state_dict()), copy.deepcopy(trainer.optimizer.state_dict()),
-                                     copy.deepcopy(trainer.shuffle_rng.bit_generator.state))
+        checkpoint = trainer.snapshot()
         rows: list[dict[str, Any]] = []
         for label, epsilon in [(own_clip(config, settings.value_clip_range), settings.value_clip_range),
                                *((f"{e:g}", e) for e in epsilons)]:
-            trainer.model.load_state_dict(model)  # every update from the same point: only ε differs
-            # A copy each time: Adam takes the loaded tensors as its own and updates them in place.
-            trainer.optimizer.load_state_dict(copy.deepcopy(optimizer))
-            trainer.shuffle_rng.bit_generator.state = shuffle
+            trainer.restore(checkpoint)  # every update from the same point: only ε differs
             metrics = trainer.optimize(dataclasses.replace(settings, value_clip_range=epsilon))
             rows.append({"label": label, "value_clip_range": epsilon, "value_clip_fraction": metrics["value_clip_fraction"],
                          "value_loss": metrics["value_loss"]})

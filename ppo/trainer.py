@@ -11,7 +11,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -55,12 +55,20 @@ class IterationSettings:
 MINIBATCH_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "value_clip_fraction")
 
 
+class LearnerSnapshot(NamedTuple):
+    """Copies of what one update changes: the parameters, Adam's state and the minibatch shuffle."""
+
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    shuffle: Mapping[str, Any]
+
+
 class NonFiniteLoss(FloatingPointError):
     """A loss, gradient or parameter became NaN/inf; the update was not applied."""
 
 
 class UpdateAbandoned(RuntimeError):
-    """A stop was requested mid-update: the update was not applied (model and Adam as before it)."""
+    """A stop was requested mid-update: the update was not applied (model, Adam and shuffle as before it)."""
 
 
 class Trainer:
@@ -257,7 +265,7 @@ class Trainer:
 
     def optimize(self, settings: IterationSettings) -> dict[str, float]:
         """GAE on the rollout, then `epochs` passes of shuffled minibatch updates. If anything goes
-        NaN/inf the model and optimizer are put back exactly as they were, and `NonFiniteLoss` is raised;
+        NaN/inf the model, optimizer and shuffle are put back exactly as they were, and `NonFiniteLoss` is raised;
         the same when `should_stop` says so between two minibatches (`UpdateAbandoned`)."""
         config = self.config
         self._check_settings(settings)
@@ -310,17 +318,29 @@ class Trainer:
         self.optimizer.step()
         return dict(zip(metrics, values, strict=True))
 
+    def snapshot(self) -> LearnerSnapshot:
+        """What `optimize` changes, copied, so that `restore` can put it back any number of times."""
+        return LearnerSnapshot(model={k: v.clone() for k, v in self.model.state_dict().items()},
+                               optimizer=copy.deepcopy(self.optimizer.state_dict()),
+                               shuffle=copy.deepcopy(self.shuffle_rng.bit_generator.state))
+
+    def restore(self, snapshot: LearnerSnapshot) -> None:
+        """Parameters, Adam's state and the shuffle exactly as `snapshot` took them."""
+        self.model.load_state_dict(snapshot.model)  # copied into the parameters
+        # Copied again: Adam adopts the tensors it loads and steps them in place, which would change
+        # the snapshot, and a second restore would then start from the first one's end.
+        self.optimizer.load_state_dict(copy.deepcopy(snapshot.optimizer))
+        self.shuffle_rng.bit_generator.state = snapshot.shuffle
+
     @contextlib.contextmanager
     def _undone_on_nonfinite(self) -> Iterator[None]:
-        model_before = {k: v.clone() for k, v in self.model.state_dict().items()}
-        optimizer_before = copy.deepcopy(self.optimizer.state_dict())
+        before = self.snapshot()
         try:
             yield
             if not all(torch.isfinite(p).all() for p in self.model.parameters()):
                 raise NonFiniteLoss("parameters became NaN/inf; update not applied")
         except (NonFiniteLoss, UpdateAbandoned):
-            self.model.load_state_dict(model_before)
-            self.optimizer.load_state_dict(optimizer_before)
+            self.restore(before)
             raise
 
     def take_finished_games(self) -> list[GameRecord]:

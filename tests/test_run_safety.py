@@ -88,6 +88,7 @@ def test_a_stop_between_minibatches_rolls_the_update_back(trainer: Trainer) -> N
     trainer.collect()
     model_before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     adam_before = {k: v.clone() for k, v in trainer.optimizer.state_dict()["state"][0].items()}
+    shuffle_before = trainer.shuffle_rng.bit_generator.state  # a new dict each time it is read
     asked = []
 
     def stop_at_the_third_minibatch() -> bool:  # in epoch 2 of 2: half the update already applied
@@ -102,6 +103,7 @@ def test_a_stop_between_minibatches_rolls_the_update_back(trainer: Trainer) -> N
         assert torch.equal(tensor, model_before[name]), name
     for name, tensor in trainer.optimizer.state_dict()["state"][0].items():
         assert torch.equal(tensor, adam_before[name]), name
+    assert trainer.shuffle_rng.bit_generator.state == shuffle_before  # the abandoned epochs drew no order
 
 
 STOP_MID_UPDATE = """

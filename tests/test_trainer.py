@@ -90,3 +90,32 @@ def test_each_update_reports_how_much_of_the_batch_the_value_clip_kept_from_the_
         assert 0.0 < fraction < 1.0
     else:
         assert fraction == 0.0
+
+
+def test_a_snapshot_restores_the_learner_exactly_as_often_as_asked() -> None:
+    # What `experiments.value_clip` relies on to run one update per ε from one point: restore,
+    # update, restore, update gives the same parameters, Adam state and shuffle twice, bit for bit.
+    # Restoring a snapshot without copying Adam's state fails this: Adam adopts the loaded tensors
+    # and steps them in place, so the second update would start where the first one ended.
+    config = PPOConfig(n_workers=1, envs_per_worker=2, worker_steps=32, minibatches=2, seed=4)
+    seeds = derive_seeds(config.seed, config.n_envs)
+    with SerialPool(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
+        trainer = Trainer(config, pool, seeds, torch.device("cpu"))
+        trainer.reset_envs()
+        trainer.iteration()  # Adam has moments to alias from here on
+        trainer.collect()
+        start = trainer.snapshot()
+        ends = []
+        for _ in range(2):
+            trainer.restore(start)
+            trainer.optimize(trainer.schedule())
+            ends.append(trainer.snapshot())
+        trainer.restore(start)
+        now = trainer.snapshot()
+    for a, b in [(ends[0], ends[1]), (start, now)]:
+        for name in a.model:
+            assert torch.equal(a.model[name], b.model[name]), name
+        for (i, moments), (j, others) in zip(a.optimizer["state"].items(), b.optimizer["state"].items(), strict=True):
+            assert i == j and all(torch.equal(moments[k], others[k]) for k in moments), i
+        assert a.shuffle == b.shuffle
+    assert not torch.equal(start.model["value.weight"], ends[0].model["value.weight"])  # the update did move the critic
