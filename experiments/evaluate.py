@@ -105,7 +105,7 @@ def resolve_checkpoint(run: str | None, checkpoint: str | None,
         run_dir = find_run(Path(data_dir), run)
         if run_dir is None:
             bad_value("--run", run,
-                 f"the uuid (32 hex digits) of a run under {data_dir}/ (none found there; see --data-dir)")
+                      f"the uuid (32 hex digits) of a run under {data_dir}/ (none found there; see --data-dir)")
     if checkpoint is not None:
         path = Path(checkpoint)
         if run_dir is not None and not path.resolve().is_relative_to(run_dir.resolve()):
@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         model = model_from_checkpoint(state, device)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         bad_value(option, value,
-             f"a checkpoint written by python -m experiments.breakout (its config or weights do not fit: {e})")
+                  f"a checkpoint written by python -m experiments.breakout (its config or weights do not fit: {e})")
     if not is_known_game(spec.game):
         bad_value(option, value, f"a checkpoint of an ALE game (its config names {spec.game!r})")
 
