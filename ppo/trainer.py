@@ -207,6 +207,8 @@ class Trainer:
             update_sps=self.rollout.size / (done - sampled),
             worker_restarts=self.pool.restarts, nonfinite_skipped=self.nonfinite_skipped,
         )
+        if settings.value_clip_range is not None:  # none without a value clip
+            metrics["value_clip_range"] = settings.value_clip_range
         if self.scores:
             metrics["score_mean_100"] = float(np.mean(self.scores))
             metrics["game_length_mean_100"] = float(np.mean(self.lengths))

@@ -1,4 +1,4 @@
-"""Per-game records (games.csv) and the learning-curve command, through the real CLI."""
+"""Per-game records (games.csv) and the learning-curve command, through the real CLI; the resume test covers updates.csv too."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import torch
 from experiments.curves import score_at, stopping_signal
 from experiments.run import process_table
 from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
+from experiments.run.updates_csv import read_updates
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import wait_for_file
 
@@ -74,6 +75,19 @@ def test_a_resumed_run_writes_the_same_games_csv_as_an_uninterrupted_one(cli, tm
     assert len(expected) == summary_of(whole.stdout)["games"] > 0
     assert resumed == expected  # exact resume: no duplicate, no gap, same rows
     assert [g.env_step for g in expected] == sorted(g.env_step for g in expected)
+
+    # updates.csv too: one row per update, the same numbers but the wall-clock rates.
+    def deterministic(run_dir: str) -> list[dict]:
+        return [{k: v for k, v in row.items() if not k.endswith("sps")} for row in read_updates(Path(run_dir) / "updates.csv")]
+    whole_updates = deterministic(summary_of(whole.stdout)["run_dir"])
+    assert deterministic(part["run_dir"]) == whole_updates
+    assert [(u["update"], u["env_step"]) for u in whole_updates] == [(k, 256 * k) for k in range(1, 9)]
+    # Update k of 8 anneals from the update before it: 2.5e-4 and 0.1 × (1 − (k − 1)/8); the value
+    # clip is the policy's (the defaults').
+    assert [u["learning_rate"] for u in whole_updates] == pytest.approx([2.5e-4 * (9 - k) / 8 for k in range(1, 9)])
+    assert [u["clip_range"] for u in whole_updates] == pytest.approx([0.1 * (9 - k) / 8 for k in range(1, 9)])
+    assert [u["value_clip_range"] for u in whole_updates] == [u["clip_range"] for u in whole_updates]
+    assert all(0 <= u["value_clip_fraction"] <= 1 and u["epochs_done"] == 1 for u in whole_updates)
     assert cli.leftovers() == []
     # Both legs ran on this machine: one record, naming the kernels torch chose here.
     assert ended["machines"] == part["machines"] == summary_of(whole.stdout)["machines"]

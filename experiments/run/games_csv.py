@@ -8,14 +8,11 @@ games again (resumes are exact) and writes them anew. No duplicates, no gaps.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import NamedTuple
 
-from ppo.files import atomic_write
+from experiments.run.appended_csv import AppendedCsv, read_rows
 
 COLUMNS = ("env_step", "update", "score", "length", "truncated")
 
@@ -30,19 +27,14 @@ class GameRow(NamedTuple):
 
 def read_games(path: Path) -> list[GameRow]:
     """The rows of a games.csv; `ValueError` naming the file and line when one is malformed."""
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or tuple(header) != COLUMNS:
-            raise ValueError(f"{path}: expected the header {','.join(COLUMNS)}, got {header}")
-        rows = []
-        for line, row in enumerate(reader, start=2):
-            try:
-                env_step, update, score, length, truncated = row
-                rows.append(GameRow(int(env_step), int(update), float(score), int(length), _boolean(truncated)))
-            except ValueError as e:
-                raise ValueError(f"{path}:{line}: {row} is not a row of {','.join(COLUMNS)} ({e})") from None
-    return rows
+    games = []
+    for line, row in read_rows(path, COLUMNS):
+        try:
+            env_step, update, score, length, truncated = row
+            games.append(GameRow(int(env_step), int(update), float(score), int(length), _boolean(truncated)))
+        except ValueError as e:
+            raise ValueError(f"{path}:{line}: {row} is not a row of {','.join(COLUMNS)} ({e})") from None
+    return games
 
 
 def _boolean(text: str) -> bool:
@@ -56,7 +48,7 @@ def _cells(game: tuple[int, int, float, int, bool]) -> tuple[int, int, str, int,
     return env_step, update, f"{score:g}", length, int(truncated)
 
 
-class GamesCsv:
+class GamesCsv(AppendedCsv):
     """Appends finished games to `path`, flushed after every batch so a crash loses none.
 
     `keep` is how many games the run had finished at the checkpoint it starts from (0 for a new
@@ -64,25 +56,8 @@ class GamesCsv:
     """
 
     def __init__(self, path: Path, keep: int) -> None:
-        rows = read_games(path)[:keep] if path.exists() else []
-        # Rewritten whole and renamed into place: a crash here leaves the old file, never half.
-        text = io.StringIO()
-        writer = csv.writer(text)
-        writer.writerow(COLUMNS)
-        writer.writerows(_cells(row) for row in rows)
-        atomic_write(path, text.getvalue().encode())
-        self._file = path.open("a", newline="")
-        self._writer = csv.writer(self._file)
+        kept = read_games(path)[:keep] if path.exists() else []
+        super().__init__(path, COLUMNS, (_cells(game) for game in kept))
 
     def append(self, games: Iterable[tuple[int, int, float, int, bool]]) -> None:
-        self._writer.writerows(_cells(game) for game in games)
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-    def __enter__(self) -> GamesCsv:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
-        self.close()
+        self._append(_cells(game) for game in games)

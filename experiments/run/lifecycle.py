@@ -37,6 +37,7 @@ from experiments.run.games_csv import GamesCsv
 from experiments.run.progress import ProgressLine, labml_console_above, quiet_labml_banner
 from experiments.run.report import next_commands, resume_command, start_lines, summary_line
 from experiments.run.stopping import GracefulStop
+from experiments.run.updates_csv import UpdatesCsv
 from game.atari import action_meanings, is_known_game, relaunch_refusal
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
@@ -245,9 +246,11 @@ class TrainingRun:
             self.first_update, self.first_steps = trainer.update, trainer.env_steps
             games = GamesCsv(self.run_dir / "games.csv", keep=trainer.games)
             publish(self.run_dir / "games.csv")
+            updates = UpdatesCsv(self.run_dir / "updates.csv", keep=trainer.update)
+            publish(self.run_dir / "updates.csv")
             self._summary(trainer, status="running")
             try:
-                self._train(trainer, live, games, device)
+                self._train(trainer, live, games, updates, device)
             except FAULTS as fault:
                 # The trainer holds the last good state (a failed update is rolled back): keep it.
                 self.error = f"{type(fault).__name__}: {fault}"
@@ -263,6 +266,7 @@ class TrainingRun:
             finally:
                 games.append(trainer.take_finished_games())  # those of an update cut short, too
                 games.close()
+                updates.close()
                 summary = self._summary(trainer)
                 self._finish_dashboard()
         return self._report(summary)
@@ -296,11 +300,11 @@ class TrainingRun:
         tracker.set_scalar("*", is_print=False)
         return live
 
-    def _train(self, trainer: Trainer, live: LiveHyperParams, games: GamesCsv, device: Any) -> None:
+    def _train(self, trainer: Trainer, live: LiveHyperParams, games: GamesCsv, updates: UpdatesCsv, device: Any) -> None:
         config = self.config
         # The terminal shows our progress line (experiments/run/progress.py), not labml's: labml's
-        # monitor draws its line (and its screen writer's metrics) only when not silent; the metrics
-        # still go to the run folder and the dashboard through tracker.save.
+        # monitor draws its line (and its screen writer's metrics) only when not silent. The metrics
+        # go to the dashboard through tracker.save, and to the run folder as updates.csv.
         monitor_singleton().silent()
         quiet_labml_banner()
         progress = ProgressLine(trainer.update, trainer.env_steps, config.last_update, self.started)
@@ -326,6 +330,7 @@ class TrainingRun:
                 if config.eval_video_every and trainer.update % config.eval_video_every == 0:
                     metrics.update(record_training_video(trainer.model, config.to_dict(), self.run_dir, trainer.update, device))
                 tracker.save(trainer.env_steps, metrics)
+                updates.append(trainer.update, trainer.env_steps, metrics)
                 progress.show(trainer.update, trainer.env_steps, trainer.score_mean())
                 if config.checkpoint_every and trainer.update % config.checkpoint_every == 0:
                     boundary = self._checkpoint(trainer, live)  # also the next update's starting state
