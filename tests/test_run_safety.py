@@ -274,6 +274,28 @@ def test_a_crafted_checkpoint_is_refused_without_running_anything(cli, tmp_path:
     assert cli.leftovers() == []
 
 
+@pytest.mark.parametrize(("record", "bad_row"), [("games.csv", "1,2,three,4,0"), ("updates.csv", "2,64" + ",x" * 20)])
+def test_a_resume_refuses_a_run_whose_records_cannot_be_read_before_anything_starts(
+        cli, tmp_path: Path, record: str, bad_row: str) -> None:
+    """A hand-edited or truncated games.csv / updates.csv used to end the resume in a traceback
+    after the game workers had started; now it is one line and nothing in the run folder changes."""
+    summary = _first_leg(cli, tmp_path)
+    run_dir = Path(summary["run_dir"])
+    path = run_dir / record
+    rows = path.read_text().splitlines()
+    path.write_text("\n".join([*rows, bad_row]) + "\n")
+    before = {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
+    assert resumed.returncode == 2, resumed.stderr[-2000:]
+    assert resumed.stderr.strip().splitlines() == [
+        f"error: --resume {summary['run_uuid']}: expected a run whose records can be read ({path}:{len(rows) + 1}: "
+        f"{bad_row.split(',')!r} is not a row of " + ("env_step,update,score,length,truncated (could not convert string "
+                                                      "to float: 'three'))" if record == "games.csv" else "numbers (could "
+                                                      "not convert string to float: 'x'))")]
+    assert {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    assert cli.leftovers() == []
+
+
 # ---- item 7: credentials in a git remote never reach the run folder -------------------------------
 
 def test_credentials_in_the_git_remote_never_reach_the_run_folder(cli, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ stopped it (its last good state checkpointed).
 
 from __future__ import annotations
 
+import csv
 import os
 import reprlib
 import tempfile
@@ -33,11 +34,11 @@ from configs.ppo import ConfigError, PPOConfig, config_fields, live_ranges, live
 from dashboard.client import finish_app_tracking
 from experiments.run.console import say
 from experiments.run.folders import checkpoint_path, checkpoint_paths, find_run, publish, release_run, rotate_in, running_pid
-from experiments.run.games_csv import GamesCsv
+from experiments.run.games_csv import GamesCsv, read_games
 from experiments.run.progress import ProgressLine, labml_console_above, quiet_labml_banner
 from experiments.run.report import next_commands, resume_command, start_lines, summary_line
 from experiments.run.stopping import GracefulStop
-from experiments.run.updates_csv import UpdatesCsv
+from experiments.run.updates_csv import UpdatesCsv, read_updates
 from game.atari import action_meanings, is_known_game, relaunch_refusal
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
@@ -176,6 +177,7 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     if (pid := running_pid(run_dir)) is not None and pid != os.getpid():
         raise ConfigError("resume", run_uuid, f"a run that is not running (process {pid} is still running it)")
     checkpoint = load_last_good_checkpoint(run_dir)
+    check_records(run_dir, run_uuid)
     saved = PPOConfig.from_dict(checkpoint["config"])
     run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
     for name, value in overrides.items():
@@ -190,6 +192,17 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     check_can_start(config, run_dir)
     release_run(run_dir)
     return config, checkpoint
+
+
+def check_records(run_dir: Path, run_uuid: str) -> None:
+    """Refuse, before anything starts or is rewritten, a run whose games.csv or updates.csv cannot
+    be read (the resume keeps their rows up to the checkpoint, so it reads them first)."""
+    for path, read in ((run_dir / "games.csv", read_games), (run_dir / "updates.csv", read_updates)):
+        if path.exists():
+            try:
+                read(path)
+            except (ValueError, OSError, csv.Error) as e:
+                raise ConfigError("resume", run_uuid, f"a run whose records can be read ({e})") from None
 
 
 def check_fits(checkpoint: dict[str, Any], config: PPOConfig) -> None:
