@@ -274,9 +274,12 @@ def test_a_crafted_checkpoint_is_refused_without_running_anything(cli, tmp_path:
     assert cli.leftovers() == []
 
 
-@pytest.mark.parametrize(("record", "bad_row"), [("games.csv", "1,2,three,4,0"), ("updates.csv", "2,64" + ",x" * 20)])
+@pytest.mark.parametrize(("record", "bad_row", "why"), [
+    ("games.csv", "1,2,three,4,0", "is not a row of env_step,update,score,length,truncated (could not convert string to float: 'three')"),
+    ("updates.csv", "2,64" + ",x" * 20, "is not a row of numbers (could not convert string to float: 'x')"),
+])
 def test_a_resume_refuses_a_run_whose_records_cannot_be_read_before_anything_starts(
-        cli, tmp_path: Path, record: str, bad_row: str) -> None:
+        cli, tmp_path: Path, record: str, bad_row: str, why: str) -> None:
     """A hand-edited or truncated games.csv / updates.csv used to end the resume in a traceback
     after the game workers had started; now it is one line and nothing in the run folder changes."""
     summary = _first_leg(cli, tmp_path)
@@ -284,15 +287,16 @@ def test_a_resume_refuses_a_run_whose_records_cannot_be_read_before_anything_sta
     path = run_dir / record
     rows = path.read_text().splitlines()
     path.write_text("\n".join([*rows, bad_row]) + "\n")
-    before = {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+    def files() -> dict[Path, bytes]:
+        return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    before = files()
     resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
     assert resumed.returncode == 2, resumed.stderr[-2000:]
     assert resumed.stderr.strip().splitlines() == [
-        f"error: --resume {summary['run_uuid']}: expected a run whose records can be read ({path}:{len(rows) + 1}: "
-        f"{bad_row.split(',')!r} is not a row of " + ("env_step,update,score,length,truncated (could not convert string "
-                                                      "to float: 'three'))" if record == "games.csv" else "numbers (could "
-                                                      "not convert string to float: 'x'))")]
-    assert {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+        f"error: --resume {summary['run_uuid']}: expected a run whose records can be read "
+        f"({path}:{len(rows) + 1}: {bad_row.split(',')!r} {why})"]
+    assert files() == before
     assert cli.leftovers() == []
 
 
