@@ -17,6 +17,7 @@ import torch
 
 from experiments.curves import score_at, stopping_signal
 from experiments.run import process_table
+from experiments.run.appended_csv import torn_last_line
 from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
 from experiments.run.updates_csv import read_updates
 from ppo.checkpoint import load_checkpoint, save_checkpoint
@@ -53,6 +54,25 @@ def test_a_malformed_games_csv_names_the_file_and_line(tmp_path: Path) -> None:
     path.write_text(",".join(COLUMNS) + "\n100,1,3,50,0\n100,1,three,50,0\n")
     with pytest.raises(ValueError, match=r"games.csv:3: .*three"):
         read_games(path)
+
+
+@pytest.mark.parametrize("tail", ["260,3,7", "260,3,7,90,0", "260,3,7,90,0\r"])
+def test_a_last_line_cut_short_is_not_a_row(tmp_path: Path, tail: str) -> None:
+    """An append the run's end cut short leaves a last line without its line end. However much of
+    the row it holds (a cut cell, every cell, all but the '\n'), it is not read as a row: its
+    score could be cut ('7' of '70'), and a resume drops it or refuses (tests/test_run_safety.py)."""
+    path = tmp_path / "games.csv"
+    with GamesCsv(path, keep=0) as games:
+        games.append([(100, 1, 3.0, 50, False), (180, 2, 1.5, 70, True)])
+    with path.open("a", newline="") as f:
+        f.write(tail)
+    assert read_games(path) == [GameRow(100, 1, 3.0, 50, False), GameRow(180, 2, 1.5, 70, True)]
+    assert torn_last_line(path.read_bytes()) == 4  # header, two rows, then the cut line
+    with GamesCsv(path, keep=2) as games:  # a resume from the checkpoint after 2 games
+        games.append([(250, 3, 7.0, 90, False)])
+    assert path.read_bytes().endswith(b"250,3,7,90,0\r\n")
+    assert read_games(path) == [GameRow(100, 1, 3.0, 50, False), GameRow(180, 2, 1.5, 70, True), GameRow(250, 3, 7.0, 90, False)]
+    assert torn_last_line(path.read_bytes()) is None
 
 
 @pytest.mark.slow

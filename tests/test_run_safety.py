@@ -26,7 +26,9 @@ import yaml
 
 from configs.ppo import PPOConfig
 from experiments.run.folders import checkpoint_paths, file_mode
+from experiments.run.games_csv import read_games
 from experiments.run.lifecycle import strip_userinfo
+from experiments.run.updates_csv import read_updates
 from game.vector import PipePool, game_specs
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
@@ -296,6 +298,72 @@ def test_a_resume_refuses_a_run_whose_records_cannot_be_read_before_anything_sta
     assert resumed.stderr.strip().splitlines() == [
         f"error: --resume {summary['run_uuid']}: expected a run whose records can be read "
         f"({path}:{len(rows) + 1}: {bad_row.split(',')!r} {why})"]
+    assert files() == before
+    assert cli.leftovers() == []
+
+
+GAMES_LEG = ["--updates", "6", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "128",
+             "--minibatches", "2", "--epochs", "1", "--stop-after-env-steps", str(3 * 256)]
+
+
+def _leg_with_games(cli, tmp_path: Path) -> dict:
+    """3 of 6 updates of 256 agent steps, long enough for games to end before the checkpoint."""
+    result = cli.run("experiments.breakout", *GAMES_LEG, "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(result.stdout)
+    assert summary["updates"] == 3 and summary["games"] >= 1  # the premise of the tests below
+    return summary
+
+
+def test_a_resume_drops_a_last_line_cut_short_after_the_checkpoint(cli, tmp_path: Path) -> None:
+    """A machine that loses power (or a disk that fills) in the middle of an append leaves a last
+    line without its line end. Past the checkpoint it is work the resume does again, so the resume
+    drops it and says so, where it used to refuse the run ('expected a run whose records can be read')."""
+    summary = _leg_with_games(cli, tmp_path)
+    run_dir = Path(summary["run_dir"])
+    games_before = (run_dir / "games.csv").read_text()
+    updates_before = (run_dir / "updates.csv").read_text()
+    cut = {"games.csv": "1001,4,1", "updates.csv": "4,1024,0.000125,0.0"}  # rows of update 4, cut mid-cell
+    for name, text in cut.items():
+        with (run_dir / name).open("a", newline="") as f:
+            f.write(text)
+    resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
+                      "--data-dir", str(tmp_path))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    for name, before in (("games.csv", games_before), ("updates.csv", updates_before)):
+        line = before.count("\n") + 1
+        assert (f"note: {run_dir / name}:{line} was cut short in the middle of an append when the run ended; "
+                "it comes after the checkpoint, and the resume drops it") in resumed.stderr.splitlines()
+        after = (run_dir / name).read_text()
+        assert after.startswith(before) and cut[name] not in after.splitlines() and after.endswith("\n")
+    games = read_games(run_dir / "games.csv")
+    assert len(games) == summary_of(resumed.stdout)["games"] and [g.update for g in games] == sorted(g.update for g in games)
+    assert [row["update"] for row in read_updates(run_dir / "updates.csv")] == [1, 2, 3, 4, 5, 6]
+    assert cli.leftovers() == []
+
+
+@pytest.mark.parametrize("record", ["games.csv", "updates.csv"])
+def test_a_resume_refuses_a_line_cut_short_before_the_checkpoint(cli, tmp_path: Path, record: str) -> None:
+    """A last line cut short that the checkpoint still counts (its whole rows stop short of the
+    checkpoint's games or update): dropping it would leave a gap, so the resume refuses in one line
+    and changes nothing."""
+    summary = _leg_with_games(cli, tmp_path)
+    run_dir = Path(summary["run_dir"])
+    path = run_dir / record
+    text = path.read_text()
+    path.write_text(text[:-len("0\n")])  # the last row loses its line end and its last cell's last digit
+    lines = text.count("\n")  # the cut row is the file's last line
+    whole = lines - 2  # rows before it (less the header)
+    what = f"the {summary['games']} games its checkpoint counts" if record == "games.csv" else "update 3, its checkpoint's"
+
+    def files() -> dict[Path, bytes]:
+        return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    before = files()
+    resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
+    assert resumed.returncode == 2, resumed.stderr[-2000:]
+    assert resumed.stderr.strip().splitlines() == [
+        f"error: --resume {summary['run_uuid']}: expected a run whose records reach its checkpoint ({path}:{lines} was "
+        f"cut short in the middle of an append, and the {whole} whole rows before it do not reach {what})"]
     assert files() == before
     assert cli.leftovers() == []
 

@@ -32,13 +32,14 @@ from configs.cli import config_from_overrides
 from configs.live import LiveHyperParams
 from configs.ppo import ConfigError, PPOConfig, config_fields, live_ranges, live_value_problem
 from dashboard.client import finish_app_tracking
+from experiments.run.appended_csv import torn_last_line
 from experiments.run.console import say
 from experiments.run.folders import checkpoint_path, checkpoint_paths, find_run, publish, release_run, rotate_in, running_pid
 from experiments.run.games_csv import GamesCsv, read_games
 from experiments.run.progress import ProgressLine, labml_console_above, quiet_labml_banner
 from experiments.run.report import next_commands, resume_command, start_lines, summary_line
 from experiments.run.stopping import GracefulStop
-from experiments.run.updates_csv import UpdatesCsv, read_updates
+from experiments.run.updates_csv import UpdatesCsv, read_update_numbers
 from game.atari import action_meanings, is_known_game, relaunch_refusal
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
@@ -177,7 +178,7 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     if (pid := running_pid(run_dir)) is not None and pid != os.getpid():
         raise ConfigError("resume", run_uuid, f"a run that is not running (process {pid} is still running it)")
     checkpoint = load_last_good_checkpoint(run_dir)
-    check_records(run_dir, run_uuid)
+    check_records(run_dir, run_uuid, checkpoint)
     saved = PPOConfig.from_dict(checkpoint["config"])
     run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
     for name, value in overrides.items():
@@ -194,15 +195,35 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     return config, checkpoint
 
 
-def check_records(run_dir: Path, run_uuid: str) -> None:
+def check_records(run_dir: Path, run_uuid: str, checkpoint: dict[str, Any]) -> None:
     """Refuse, before anything starts or is rewritten, a run whose games.csv or updates.csv cannot
-    be read (the resume keeps their rows up to the checkpoint, so it reads them first)."""
-    for path, read in ((run_dir / "games.csv", read_games), (run_dir / "updates.csv", read_updates)):
-        if path.exists():
-            try:
-                read(path)
-            except (ValueError, OSError, csv.Error) as e:
-                raise ConfigError("resume", run_uuid, f"a run whose records can be read ({e})") from None
+    be read (the resume keeps their rows up to the checkpoint, so it reads them first).
+
+    A last line without its line end is an append the run's end cut short (experiments/run/appended_csv.py).
+    The resume drops it, as it drops every row after the checkpoint, when the whole rows before it
+    reach the checkpoint: then the cut row came after it. When they do not, rows the checkpoint
+    counts are missing, and the resume refuses rather than leave a gap."""
+    games_path, updates_path = run_dir / "games.csv", run_dir / "updates.csv"
+    try:
+        games = read_games(games_path) if games_path.exists() else []
+        updates = read_update_numbers(updates_path) if updates_path.exists() else []
+        torn = {path: line for path in (games_path, updates_path)
+                if path.exists() and (line := torn_last_line(path.read_bytes())) is not None}
+    except (ValueError, OSError, csv.Error) as e:
+        raise ConfigError("resume", run_uuid, f"a run whose records can be read ({e})") from None
+    counted_games, counted_update = checkpoint.get("games"), checkpoint.get("update")
+    reach = {games_path: (isinstance(counted_games, int) and len(games) >= counted_games,
+                          len(games), f"the {counted_games!r} games its checkpoint counts"),
+             updates_path: (isinstance(counted_update, int) and bool(updates) and updates[-1] >= counted_update,
+                            len(updates), f"update {counted_update!r}, its checkpoint's")}
+    for path, line in torn.items():
+        reached, whole_rows, what = reach[path]
+        if not reached:
+            raise ConfigError("resume", run_uuid, f"a run whose records reach its checkpoint ({path}:{line} was cut "
+                                                  f"short in the middle of an append, and the {whole_rows} whole rows "
+                                                  f"before it do not reach {what})")
+        say(f"note: {path}:{line} was cut short in the middle of an append when the run ended; "
+            "it comes after the checkpoint, and the resume drops it")
 
 
 def check_fits(checkpoint: dict[str, Any], config: PPOConfig) -> None:

@@ -30,6 +30,11 @@ def read_updates(path: Path) -> list[dict[str, float | None]]:
     return [values for _, _, values in _parsed(path)]
 
 
+def read_update_numbers(path: Path) -> list[int]:
+    """The `update` of each row of an updates.csv, checked as `read_updates` checks every cell."""
+    return [update for _, update, _ in _parsed(path)]
+
+
 def _parsed(path: Path) -> list[tuple[list[str], int, dict[str, float | None]]]:
     """(cells, update, values) of each row."""
     parsed = []
