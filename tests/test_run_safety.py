@@ -289,17 +289,24 @@ def test_a_resume_refuses_a_run_whose_records_cannot_be_read_before_anything_sta
     path = run_dir / record
     rows = path.read_text().splitlines()
     path.write_text("\n".join([*rows, bad_row]) + "\n")
+    assert _refused_resume(cli, tmp_path, summary) == [
+        f"error: --resume {summary['run_uuid']}: expected a run whose records can be read "
+        f"({path}:{len(rows) + 1}: {bad_row.split(',')!r} {why})"]
+
+
+def _refused_resume(cli, tmp_path: Path, summary: dict) -> list[str]:
+    """The stderr lines of a `--resume` of the run that must be refused: exit 2, no byte of its
+    folder changed, no process left."""
+    run_dir = Path(summary["run_dir"])
 
     def files() -> dict[Path, bytes]:
         return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     before = files()
     resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
     assert resumed.returncode == 2, resumed.stderr[-2000:]
-    assert resumed.stderr.strip().splitlines() == [
-        f"error: --resume {summary['run_uuid']}: expected a run whose records can be read "
-        f"({path}:{len(rows) + 1}: {bad_row.split(',')!r} {why})"]
     assert files() == before
     assert cli.leftovers() == []
+    return resumed.stderr.strip().splitlines()
 
 
 GAMES_LEG = ["--updates", "6", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "128",
@@ -351,21 +358,13 @@ def test_a_resume_refuses_a_line_cut_short_before_the_checkpoint(cli, tmp_path: 
     run_dir = Path(summary["run_dir"])
     path = run_dir / record
     text = path.read_text()
-    path.write_text(text[:-len("0\n")])  # the last row loses its line end and its last cell's last digit
+    path.write_text(text[:-2])  # the last row loses its last two characters, its line end among them
     lines = text.count("\n")  # the cut row is the file's last line
     whole = lines - 2  # rows before it (less the header)
     what = f"the {summary['games']} games its checkpoint counts" if record == "games.csv" else "update 3, its checkpoint's"
-
-    def files() -> dict[Path, bytes]:
-        return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
-    before = files()
-    resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
-    assert resumed.returncode == 2, resumed.stderr[-2000:]
-    assert resumed.stderr.strip().splitlines() == [
+    assert _refused_resume(cli, tmp_path, summary) == [
         f"error: --resume {summary['run_uuid']}: expected a run whose records reach its checkpoint ({path}:{lines} was "
         f"cut short in the middle of an append, and the {whole} whole rows before it do not reach {what})"]
-    assert files() == before
-    assert cli.leftovers() == []
 
 
 # ---- item 7: credentials in a git remote never reach the run folder -------------------------------
