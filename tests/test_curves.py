@@ -103,10 +103,10 @@ def test_a_resumed_run_writes_the_same_games_csv_as_an_uninterrupted_one(cli, tm
     assert deterministic(part["run_dir"]) == whole_updates
     assert [(u["update"], u["env_step"]) for u in whole_updates] == [(k, 256 * k) for k in range(1, 9)]
     # Update k of 8 anneals from the update before it: 2.5e-4 and 0.1 × (1 − (k − 1)/8); the value
-    # clip is the policy's (the defaults').
+    # clip is the defaults' fixed 0.5, never annealed.
     assert [u["learning_rate"] for u in whole_updates] == pytest.approx([2.5e-4 * (9 - k) / 8 for k in range(1, 9)])
     assert [u["clip_range"] for u in whole_updates] == pytest.approx([0.1 * (9 - k) / 8 for k in range(1, 9)])
-    assert [u["value_clip_range"] for u in whole_updates] == [u["clip_range"] for u in whole_updates]
+    assert [u["value_clip_range"] for u in whole_updates] == [0.5] * 8
     assert all(0 <= u["value_clip_fraction"] <= 1 and u["epochs_done"] == 1 for u in whole_updates)
     assert cli.leftovers() == []
     # Both legs ran on this machine: one record, naming the kernels torch chose here.
