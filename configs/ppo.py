@@ -138,7 +138,7 @@ class PPOConfig:
     # 0.5 holds back only a value that jumps by over half a (clipped) reward in one update: about one
     # sample in 5,000, so the critic keeps learning to the end. Tied to the annealed policy clip
     # (`none`, ppo2's rule and this project's first default) it held back a third of the batch by
-    # mid-run and learned slower on five paired seeds to 1M (docs/learning.md, "The wide clip").
+    # mid-run and learned slower on five paired seeds to 1M (docs/learning.md, "The wide clip on more seeds").
     value_clip_range: float | None = hp(0.5, "value clip ε, fixed, never annealed (CleanRL: 0.1); none: the policy's "
                                              "clip range, annealed with it (ppo2)", optional_non_negative)
     value_coef: float = hp(0.5, "weight of the value loss", non_negative, live=(0.0, 10.0))
