@@ -193,6 +193,14 @@ class PPOConfig:
         updates were given. A 1M schedule in batches of 1,024 ends at 999,424 steps; its budget is still 1M."""
         return self.updates * self.batch_size if self.updates is not None else self.total_env_steps
 
+    def value_clip_for(self, policy_clip: float) -> float | None:
+        """The value clip ε of an update whose policy clip is `policy_clip` (annealed or not): none
+        without a value clip, the fixed `value_clip_range`, or, when that is none, the policy's own
+        (ppo2's rule). The one place the rule lives: the trainer and the benchmark both ask here."""
+        if not self.clip_value_loss:
+            return None
+        return policy_clip if self.value_clip_range is None else self.value_clip_range
+
     @property
     def last_update(self) -> int:
         """The update after which this run ends: n_updates, or earlier with stop_after_env_steps."""

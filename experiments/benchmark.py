@@ -275,7 +275,7 @@ def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, fram
     def train() -> None:
         logits, values = net(x)  # the trainer's own loss, on random targets
         loss = ppo_loss(logits, values, actions, old_log_probs, old_values, targets, targets, clip_range=config.clip_range,
-                        value_clip_range=config.clip_range, value_coef=config.value_coef, entropy_coef=config.entropy_coef,
+                        value_clip_range=config.value_clip_for(config.clip_range), value_coef=config.value_coef, entropy_coef=config.entropy_coef,
                         normalize_advantages=True)
         optimizer.zero_grad(set_to_none=True)
         loss.total.backward()

@@ -226,12 +226,11 @@ class Trainer:
         live, config = self._checked_live_values(), self.config
         remaining = 1.0 - self.update / config.n_updates
         clip_range = live["clip_range"] * (remaining if config.anneal_clip_range else 1.0)
-        # Tied to the annealed policy clip (ppo2), the value clip shrinks to 0 late in a run and
-        # freezes the critic; a fixed `value_clip_range` keeps the critic learning to the end.
-        value_clip_range = None if not config.clip_value_loss else (clip_range if config.value_clip_range is None else config.value_clip_range)
         return IterationSettings(
             learning_rate=live["learning_rate"] * (remaining if config.anneal_learning_rate else 1.0),
-            clip_range=clip_range, value_clip_range=value_clip_range,
+            # Tied to the annealed policy clip (ppo2), the value clip shrinks to 0 late in a run and
+            # freezes the critic; a fixed `value_clip_range` (the default) keeps it learning to the end.
+            clip_range=clip_range, value_clip_range=config.value_clip_for(clip_range),
             value_coef=live["value_coef"], entropy_coef=live["entropy_coef"], epochs=int(live["epochs"]),
         )
 

@@ -94,3 +94,17 @@ def test_defaults_are_the_documented_ones() -> None:
 def test_schedule_given_in_updates_spans_updates_times_batch() -> None:
     c = validate(PPOConfig(n_workers=2, envs_per_worker=1, worker_steps=16, minibatches=2, updates=5))
     assert (c.batch_size, c.n_updates, c.schedule_env_steps) == (32, 5, 160)  # 2 envs × 16 steps × 5
+
+
+@pytest.mark.parametrize(("options", "policy_clip", "expected"), [
+    ({}, 0.05, 0.5),  # the default: fixed at 0.5 whatever the policy's clip has annealed to
+    ({"value_clip_range": None}, 0.05, 0.05),  # ppo2's rule: the policy's clip, annealed with it
+    ({"value_clip_range": None}, 0.0, 0.0),  # ... down to 0 at the schedule's end
+    ({"value_clip_range": 0.1}, 0.05, 0.1),  # CleanRL's fixed 0.1
+    ({"clip_value_loss": False}, 0.05, None),  # no value clip at all
+    ({"clip_value_loss": False, "value_clip_range": None}, 0.05, None),
+])
+def test_the_value_clip_of_an_update_follows_the_one_rule(options: dict[str, object], policy_clip: float,
+                                                          expected: float | None) -> None:
+    # The trainer's schedule and the benchmark's training step both take their value clip from here.
+    assert validate(PPOConfig(**options)).value_clip_for(policy_clip) == expected  # type: ignore[arg-type]
