@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -92,6 +93,50 @@ def check_fits(checkpoint: dict[str, Any], n_actions: int, frame_stack: int, gam
         into.load_state_dict(checkpoint["model"])
     except RuntimeError as e:
         raise CheckpointError(f"the checkpoint's model does not fit this config: {str(e).splitlines()[0]}") from None
+
+
+# The state of a torch.Generator, by the kind of device it draws on: the CPU's Mersenne Twister
+# (5,056 bytes) and CUDA's Philox (a seed and an offset, 16 bytes) share nothing, so neither can
+# take the other's. Only these two kinds: `--device` names cpu or cuda.
+GENERATOR_STATE_BYTES = {"cpu": torch.Generator().get_state().numel(), "cuda": 16}
+
+
+def sampled_on(checkpoint: dict[str, Any]) -> str:
+    """The kind of device ("cpu" or "cuda") whose generator drew the checkpoint's actions: recorded
+    as `sample_generator_device`, or (older checkpoints) told by the size of the state."""
+    recorded = checkpoint.get("sample_generator_device")
+    if recorded is not None:
+        return str(recorded)
+    size = checkpoint["sample_generator"].numel()
+    return next(kind for kind, n in GENERATOR_STATE_BYTES.items() if n == size)
+
+
+def check_random_states(checkpoint: dict[str, Any]) -> None:
+    """Refuse (`CheckpointError`) a checkpoint whose action-sampling or shuffling state cannot be
+    restored, before anything starts: restoring them is the resume's first step after the workers
+    start, too late to refuse cleanly. Each state is tried on a scratch generator of its kind."""
+    state = checkpoint.get("sample_generator")
+    kinds = " or ".join(f"the {n:,} bytes of a {kind.upper()} generator's state" for kind, n in GENERATOR_STATE_BYTES.items())
+    if not (torch.is_tensor(state) and state.dtype == torch.uint8 and state.dim() == 1
+            and state.numel() in GENERATOR_STATE_BYTES.values()):
+        what = f"a {state.dtype} tensor of shape {tuple(state.shape)}" if torch.is_tensor(state) else f"{type(state).__name__} {state!r:.60}"
+        raise CheckpointError(f"the checkpoint's sample_generator is {what}; expected {kinds} (uint8)")
+    device = checkpoint.get("sample_generator_device", sampled_on(checkpoint))
+    if GENERATOR_STATE_BYTES.get(device) != state.numel():
+        raise CheckpointError(f"the checkpoint's sample_generator_device is {device!r} but its sample_generator "
+                              f"holds {state.numel():,} bytes; expected {kinds}")
+    if device == "cpu":
+        try:
+            torch.Generator().set_state(state)
+        except RuntimeError as e:
+            raise CheckpointError(f"the checkpoint's sample_generator is not a CPU generator's state ({str(e).splitlines()[0]})") from None
+    try:
+        shuffle = checkpoint.get("shuffle_rng")
+        if not isinstance(shuffle, dict):
+            raise TypeError(f"a {type(shuffle).__name__}, not a dict")
+        np.random.default_rng().bit_generator.state = shuffle
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"the checkpoint's shuffle_rng is not the state of numpy's PCG64 generator ({type(e).__name__}: {e})") from None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

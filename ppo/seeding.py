@@ -21,3 +21,10 @@ def derive_seeds(seed: int, n_envs: int) -> Seeds:
     env_seeds = [int(child.generate_state(1)[0]) for child in env_root.spawn(n_envs)]
     torch_seed, numpy_seed = (int(x) for x in trainer_root.generate_state(2))
     return Seeds(env_seeds, torch_seed, numpy_seed)
+
+
+def resumed_sampling_seed(torch_seed: int, update: int) -> int:
+    """The action-sampling seed of a run resumed at `update` on another kind of device than the one
+    that sampled it (see `Trainer.load_state_dict`): a stream apart from the run's first one, and
+    the same for every resume from that update, so such a resume can be made again."""
+    return int(np.random.SeedSequence([torch_seed, update]).generate_state(1)[0])

@@ -21,12 +21,12 @@ from torch import nn
 
 from configs.ppo import PPOConfig, live_ranges, live_value_problem
 from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
-from ppo.checkpoint import check_fits
+from ppo.checkpoint import check_fits, sampled_on
 from ppo.devices import resolve_precision
 from ppo.losses import explained_variance, ppo_loss
 from ppo.model import ActorCritic, sample_actions
 from ppo.rollout import Batch, Rollout
-from ppo.seeding import Seeds
+from ppo.seeding import Seeds, resumed_sampling_seed
 from ppo.threads import torch_threads
 
 
@@ -89,6 +89,7 @@ class Trainer:
             self.model = ActorCritic(pool.n_actions, config.frame_stack, config.channels_last,
                                      resolve_precision(config.precision, device)).to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+        self.torch_seed = seeds.torch_seed
         self.sample_generator = torch.Generator(device=device)
         self.sample_generator.manual_seed(seeds.torch_seed)
         self.shuffle_rng = np.random.default_rng(seeds.numpy_seed)
@@ -377,6 +378,7 @@ class Trainer:
             "lengths": list(self.lengths),
             "live_values": live_values,
             "sample_generator": self.sample_generator.get_state(),
+            "sample_generator_device": self.device.type,
             "shuffle_rng": self.shuffle_rng.bit_generator.state,
             "env_states": env_states,
             "worker_restarts": self.pool.restarts,
@@ -392,7 +394,18 @@ class Trainer:
         self.games = state["games"]
         self.scores.extend(state["scores"])
         self.lengths.extend(state["lengths"])
-        self.sample_generator.set_state(state["sample_generator"])
+        saved_on = sampled_on(state)
+        if saved_on == self.device.type:
+            self.sample_generator.set_state(state["sample_generator"])
+        else:
+            # A CPU and a CUDA generator share no state (ppo/checkpoint.py), and the run could not go
+            # on bit for bit anyway: the other device's kernels round differently. So this device
+            # draws from a new stream, seeded by the run's seed and the update: a resume made twice
+            # from one checkpoint still makes one run.
+            self.sample_generator.manual_seed(resumed_sampling_seed(self.torch_seed, self.update))
+            self.on_event(f"the checkpoint's actions were sampled on {saved_on}; this resume samples them on "
+                          f"{self.device.type} from a new random stream (seeded by the run's seed and update "
+                          f"{self.update:,}): the run goes on, but not bit for bit as it would on {saved_on}")
         self.shuffle_rng.bit_generator.state = state["shuffle_rng"]
         self.pool.restarts = state.get("worker_restarts", 0)  # the next replacement's seeds follow on
         self.nonfinite_skipped = state.get("nonfinite_skipped", 0)

@@ -42,7 +42,7 @@ from experiments.run.stopping import GracefulStop
 from experiments.run.updates_csv import UpdatesCsv, read_update_numbers
 from game.atari import action_meanings, is_known_game, relaunch_refusal
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
-from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json
+from ppo.checkpoint import CheckpointError, check_random_states, load_checkpoint, save_checkpoint, write_json
 from ppo.checkpoint import check_fits as check_model_fits
 from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device, resolve_precision
 from ppo.evaluation import record_training_video
@@ -189,6 +189,7 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
         say(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
             "add --dashboard URL to send the resumed run to one")
     check_fits(checkpoint, config)
+    check_random_states(checkpoint)
     checkpoint["live_values"] = checked_live_values(checkpoint.get("live_values"))
     check_can_start(config, run_dir)
     release_run(run_dir)
