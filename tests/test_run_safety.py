@@ -367,6 +367,94 @@ def test_a_resume_refuses_a_line_cut_short_before_the_checkpoint(cli, tmp_path: 
         f"cut short in the middle of an append, and the {whole} whole rows before it do not reach {what})"]
 
 
+# ---- --device may change on a resume: a checkpoint moves between a CPU and a GPU --------------------
+
+# The action-sampling state the H200's 10M-step run saved at update 2,265 (docs/learning.md): CUDA's
+# Philox generator, a seed (1454127163) and an offset (2,319,360), 8 little-endian bytes each.
+H200_SAMPLING_STATE = [59, 56, 172, 86, 0, 0, 0, 0, 0, 100, 35, 0, 0, 0, 0, 0]
+
+
+def test_a_checkpoint_sampled_on_cuda_resumes_on_the_cpu_the_same_way_twice(cli, tmp_path: Path) -> None:
+    """The bug: a CUDA generator's 16 bytes were set into the CPU's generator, and the resume died in
+    a traceback after its workers had started. Now it goes on from a new stream that the run's seed
+    and the update decide: two resumes of one checkpoint make one run."""
+    summary = _first_leg(cli, tmp_path / "a")
+    path = Path(summary["checkpoint"])
+    state = load_checkpoint(path)
+    assert state["sample_generator_device"] == "cpu" and state["sample_generator"].numel() == 5056
+    state["sample_generator"] = torch.tensor(H200_SAMPLING_STATE, dtype=torch.uint8)
+    state["sample_generator_device"] = "cuda"
+    save_checkpoint(path, state)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    finals = []
+    for copy in ("a", "b"):
+        resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
+                          "--data-dir", str(tmp_path / copy))
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert ("the checkpoint's actions were sampled on cuda; this resume samples them on cpu from a new random "
+                "stream (seeded by the run's seed and update 1): the run goes on, but not bit for bit as it would "
+                "on cuda") in resumed.stderr.splitlines()
+        final = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))
+        assert final["update"] == 3 and final["sample_generator_device"] == "cpu"
+        finals.append(final)
+    assert torch.equal(finals[0]["sample_generator"], finals[1]["sample_generator"])
+    assert all(torch.equal(finals[0]["model"][k], finals[1]["model"][k]) for k in finals[0]["model"])
+    assert cli.leftovers() == []
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["device recorded", "older checkpoint, told by size"])
+def test_a_resume_on_another_device_seeds_sampling_from_the_run_seed_and_update(trainer: Trainer, recorded: bool) -> None:
+    from ppo.seeding import resumed_sampling_seed
+    state = trainer.state_dict({})
+    state["update"] = 2265
+    state["sample_generator"] = torch.tensor(H200_SAMPLING_STATE, dtype=torch.uint8)
+    if recorded:
+        state["sample_generator_device"] = "cuda"
+    else:
+        del state["sample_generator_device"]  # checkpoints before 2026-11-26 did not record it
+    events: list[str] = []
+    trainer.on_event = events.append
+    trainer.load_state_dict(state)
+    expected = torch.Generator().manual_seed(resumed_sampling_seed(trainer.torch_seed, 2265))
+    assert torch.equal(trainer.sample_generator.get_state(), expected.get_state())
+    assert len(events) == 1 and "update 2,265" in events[0]
+    # On the device kind it was saved on, the state is restored as it was: the resume is exact.
+    same = trainer.state_dict({})
+    trainer.sample_generator.manual_seed(1)
+    trainer.load_state_dict(same)
+    assert torch.equal(trainer.sample_generator.get_state(), same["sample_generator"]) and len(events) == 1
+
+
+KINDS = "the 5,056 bytes of a CPU generator's state or the 16 bytes of a CUDA generator's state (uint8)"
+
+
+BAD_RANDOM_STATES = [  # (field, value, the one line that refuses it)
+    ("sample_generator", torch.zeros(7, dtype=torch.uint8),
+     f"the checkpoint's sample_generator is a torch.uint8 tensor of shape (7,); expected {KINDS}"),
+    ("sample_generator", "seed 1", f"the checkpoint's sample_generator is str 'seed 1'; expected {KINDS}"),
+    ("sample_generator_device", "cuda",
+     "the checkpoint's sample_generator_device is 'cuda' but its sample_generator holds 5,056 bytes; "
+     f"expected {KINDS.removesuffix(' (uint8)')}"),
+    ("shuffle_rng", {"bit_generator": "MT19937", "state": {}},
+     "the checkpoint's shuffle_rng is not the state of numpy's PCG64 generator (ValueError: state must be for a PCG64 RNG)"),
+    ("shuffle_rng", [1, 2], "the checkpoint's shuffle_rng is not the state of numpy's PCG64 generator (TypeError: a list, not a dict)"),
+]
+
+
+def test_a_checkpoint_whose_random_states_cannot_be_restored_is_refused_before_anything_starts(cli, tmp_path: Path) -> None:
+    """Restoring them is the resume's first step after the workers start: a state that cannot be
+    restored used to end it there in a traceback. Each bad state is written into every kept checkpoint."""
+    summary = _first_leg(cli, tmp_path)
+    paths = [p for p in checkpoint_paths(Path(summary["run_dir"])) if p.exists()]
+    good = {path: path.read_bytes() for path in paths}
+    for field, value, why in BAD_RANDOM_STATES:
+        for path in paths:
+            save_checkpoint(path, {**load_checkpoint(path), field: value})
+        assert _refused_resume(cli, tmp_path, summary) == [f"error: {why}"], field
+        for path, data in good.items():
+            path.write_bytes(data)
+
+
 # ---- item 7: credentials in a git remote never reach the run folder -------------------------------
 
 def test_credentials_in_the_git_remote_never_reach_the_run_folder(cli, tmp_path: Path) -> None:
