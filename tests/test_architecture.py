@@ -54,3 +54,17 @@ def test_imports_point_one_way(package: str) -> None:
     imported = import_graph()[package]
     assert (imported & OURS) - {package} <= ALLOWED[package], f"{package}/ imports {sorted((imported & OURS) - {package} - ALLOWED[package])}"
     assert not imported & FORBIDDEN_THIRD_PARTY.get(package, set()), f"{package}/ imports {sorted(imported & FORBIDDEN_THIRD_PARTY[package])}"
+
+
+def test_a_run_that_films_nothing_never_loads_the_video_encoder() -> None:
+    """PyAV brings FFmpeg's libraries (about 20 MB of the trainer's memory): the training and
+    evaluation commands load it only when a game is filmed (ppo/evaluation/__init__.py)."""
+    import subprocess
+    import sys
+    probe = ("import sys, experiments.breakout, experiments.evaluate, experiments.run.lifecycle, ppo.evaluation; "
+             "print('av' in sys.modules, 'ppo.evaluation.film' in sys.modules)")
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert loaded.stdout.split() == ["False", "False"]
+    filmed = subprocess.run([sys.executable, "-c", "import sys, ppo.evaluation.film; print('av' in sys.modules)"],
+                            cwd=REPO, capture_output=True, text=True, check=True)
+    assert filmed.stdout.split() == ["True"]  # the probe can see the import it looks for

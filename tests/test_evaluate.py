@@ -27,12 +27,12 @@ from ppo.checkpoint import CheckpointError, check_fits
 from ppo.devices import resolve_device
 from ppo.evaluation import (
     DEFAULT_GREEDY_EPSILON,
-    VideoRecorder,
     model_from_checkpoint,
     play,
     play_games,
     record_training_video,
 )
+from ppo.evaluation.film import VideoRecorder
 from ppo.model import ActorCritic
 
 REPO = Path(__file__).resolve().parents[1]

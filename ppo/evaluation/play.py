@@ -18,15 +18,17 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from game.atari import EpisodeStats, Game, GameSpec, StepResult
-from ppo.evaluation.film import GameFilm
 from ppo.model import ActorCritic, sample_actions
 from ppo.threads import torch_threads
+
+if TYPE_CHECKING:  # at run time `film` is imported only to film (see ppo/evaluation/__init__.py)
+    from ppo.evaluation.film import GameFilm
 
 Policy = Callable[[np.ndarray], int]  # one observation (frame_stack, 84, 84) uint8 → an action index
 StepCallback = Callable[[int, int, StepResult], None]  # (game index, action, step result)
@@ -170,6 +172,7 @@ def play_games(
         if game.n_actions != model.n_actions:
             raise ValueError(f"the model has {model.n_actions} actions, {spec.game} has {game.n_actions}")
         if video_path is not None:
+            from ppo.evaluation.film import GameFilm
             film = GameFilm(Path(video_path), game)
         with _eval_mode(model), threads:
             return play(policy, game, games, max_steps, step, game_over)
