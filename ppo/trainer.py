@@ -52,6 +52,19 @@ class IterationSettings:
     epochs: int
 
 
+def acting_groups(config: PPOConfig) -> list[tuple[range, slice]]:
+    """The worker processes, and their games, that the network acts for in one forward pass: with
+    overlapped sampling (≥ 2 workers) the first half of the workers and then the rest, else all of
+    them at once. The batch's size changes the last bits of the logits (the matrix products block
+    differently), so two groupings of the same games learn bit for bit alike only when these games
+    match: for 8 games every grouping but 1 × 8 splits them 4 and 4."""
+    workers, games = config.n_workers, config.n_envs
+    if not (config.overlap_sampling and workers >= 2):
+        return [(range(workers), slice(0, games))]
+    half, per_worker = workers // 2, games // workers
+    return [(range(0, half), slice(0, half * per_worker)), (range(half, workers), slice(half * per_worker, games))]
+
+
 MINIBATCH_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "value_clip_fraction")
 
 
@@ -135,8 +148,9 @@ class Trainer:
         rollout, pool = self.rollout, self.pool
         with torch_threads(self.sample_threads):
             try:
-                if self.config.overlap_sampling and pool.n_workers >= 2:
-                    self._collect_overlapped()
+                groups = acting_groups(self.config)
+                if len(groups) == 2:
+                    self._collect_overlapped(groups)
                 else:
                     every = slice(0, pool.n_envs)
                     for t in range(rollout.n_steps):
@@ -147,13 +161,9 @@ class Trainer:
             rollout.last_values[:] = self._values(pool.observations)
         self.env_steps += rollout.size
 
-    def _collect_overlapped(self) -> None:
+    def _collect_overlapped(self, groups: list[tuple[range, slice]]) -> None:
         """Double-buffered sampling: one half of the workers steps while the network chooses the
         other half's actions, so neither the envs nor the network waits for the other."""
-        half = self.pool.n_workers // 2
-        per_worker = self.pool.n_envs // self.pool.n_workers
-        groups = [(range(0, half), slice(0, half * per_worker)),
-                  (range(half, self.pool.n_workers), slice(half * per_worker, self.pool.n_envs))]
         for workers, envs in groups:
             self.pool.step_async(self._act(envs, 0), workers)
         for t in range(self.rollout.n_steps):

@@ -156,6 +156,56 @@ def test_resume_is_exact(cli, tmp_path: Path) -> None:
     assert cli.leftovers() == []
 
 
+def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> None:
+    """Grouping is a speed setting of the machine (a run started on 16 cores as 8 × 1 and resumed on
+    2 would otherwise keep 8 processes there): a resume regroups its games for this machine's cores
+    unless told, or as --n-workers / --envs-per-worker say, never changing their number. When the
+    network still acts for the same games at once (4 games: 4 × 1 and 2 × 2 both act for 2 and 2),
+    every number learned is the same as without the resume; 1 × 4 acts for all 4 at once, and says so."""
+    import shutil
+
+    from configs.ppo import grouped_for_cores, usable_cores
+    from ppo.trainer import acting_groups
+    common = ["--updates", "3", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--seed", "5"]
+    straight = cli.run("experiments.breakout", *common, "--n-workers", "4", "--data-dir", str(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    reference = load_checkpoint(Path(summary_of(straight.stdout)["checkpoint"]))
+    first = cli.run("experiments.breakout", *common, "--n-workers", "4", "--stop-after-env-steps", "64",
+                    "--data-dir", str(tmp_path / "told"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    uuid = summary_of(first.stdout)["run_uuid"]
+    run_files = {p: p.read_bytes() for p in (tmp_path / "told").rglob("*") if p.is_file()}
+    for grouping, why in ((["--n-workers", "3"], "--n-workers 3: expected a divisor of the resumed run's 4 games"),
+                          (["--n-workers", "2", "--envs-per-worker", "4"], "--n-workers 2 with --envs-per-worker 4: expected "
+                           "n_workers × envs_per_worker = the resumed run's 4 games")):
+        refused = cli.run("experiments.breakout", "--resume", uuid, *grouping, "--data-dir", str(tmp_path / "told"))
+        assert refused.returncode == 2 and refused.stderr.strip() == (
+            f"error: {why} (a resume can regroup its games, not change their number)"), refused.stderr[-2000:]
+        assert {p: p.read_bytes() for p in (tmp_path / "told").rglob("*") if p.is_file()} == run_files
+    for copy in ("untold", "one-process"):
+        shutil.copytree(tmp_path / "told", tmp_path / copy)
+    here = grouped_for_cores(PPOConfig(n_workers=4), usable_cores())  # 2 × 2 on 2 or 3 cores, 1 × 4 on one
+    same = "the same batches, so the regrouping changes nothing learned"
+    other = "other batches, so from here the run is not bit for bit the one it would have been"
+    for folder, grouping, (workers, per_worker) in (("told", ["--n-workers", "2"], (2, 2)),
+                                                    ("untold", [], (here.n_workers, here.envs_per_worker)),
+                                                    ("one-process", ["--envs-per-worker", "4"], (1, 4))):
+        resumed = cli.run("experiments.breakout", "--resume", uuid, *grouping, "--stop-after-env-steps", "none",
+                          "--data-dir", str(tmp_path / folder))
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        final = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))
+        assert (final["config"]["n_workers"], final["config"]["envs_per_worker"]) == (workers, per_worker), folder
+        assert final["update"] == 3
+        exact = len(acting_groups(PPOConfig(n_workers=workers, envs_per_worker=per_worker))) == 2
+        if (workers, per_worker) != (4, 1):
+            assert (f"note: the run's 4 games ran as 4 × 1 and go on as {workers} × {per_worker}; the network acts for "
+                    f"them in {same if exact else other}") in resumed.stderr, (folder, resumed.stderr[-2000:])
+        if exact:
+            for name, tensor in reference["model"].items():
+                assert torch.equal(tensor, final["model"][name]), (folder, name)
+    assert cli.leftovers() == []
+
+
 def test_checkpoint_of_another_model_is_refused_before_anything_starts(cli, tmp_path: Path) -> None:
     first = cli.run("experiments.breakout", "--updates", "1", *TINY, "--data-dir", str(tmp_path))
     summary = summary_of(first.stdout)

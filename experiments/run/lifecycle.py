@@ -30,7 +30,7 @@ from labml.internal.monitor import monitor_singleton
 
 from configs.cli import config_from_overrides
 from configs.live import LiveHyperParams
-from configs.ppo import ConfigError, PPOConfig, config_fields, live_ranges, live_value_problem
+from configs.ppo import ConfigError, PPOConfig, config_fields, grouped_unless_chosen, live_ranges, live_value_problem
 from dashboard.client import finish_app_tracking
 from experiments.run.appended_csv import torn_last_line
 from experiments.run.console import say
@@ -47,7 +47,7 @@ from ppo.checkpoint import check_fits as check_model_fits
 from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device, resolve_precision
 from ppo.evaluation import record_training_video
 from ppo.seeding import derive_seeds
-from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
+from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned, acting_groups
 
 PRINTED_METRICS = ("score_mean_100", "policy_loss", "value_loss", "entropy", "approx_kl", "sps")
 FAULTS = (NonFiniteLoss, WorkerKeepsFailing, PoolError)  # stop the run; its last good state is kept
@@ -182,9 +182,18 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     saved = PPOConfig.from_dict(checkpoint["config"])
     run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
     for name, value in overrides.items():
-        if name not in run_options and value != getattr(saved, name):
-            raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as --device may change on --resume)")
-    config = config_from_overrides({"dashboard": None, **overrides}, saved, is_known_game)
+        if name not in run_options | GROUPING and value != getattr(saved, name):
+            raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as "
+                                           "--device, and the grouping of its games, may change on --resume)")
+    config = grouped_unless_chosen(config_from_overrides({"dashboard": None, **regrouped(saved, overrides)}, saved, is_known_game),
+                                   overrides)
+    if (config.n_workers, config.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
+        exact = ([envs for _, envs in acting_groups(config)] == [envs for _, envs in acting_groups(saved)])
+        say(f"note: the run's {saved.n_envs} games ran as {saved.n_workers} × {saved.envs_per_worker} and go on as "
+            f"{config.n_workers} × {config.envs_per_worker}; the network acts for them in "
+            + ("the same batches, so the regrouping changes nothing learned" if exact else
+               "other batches, so from here the run is not bit for bit the one it would have been (a batch's size "
+               "changes the last bits of its logits)"))
     if saved.dashboard is not None and config.dashboard is None:
         say(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
             "add --dashboard URL to send the resumed run to one")
@@ -194,6 +203,31 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     check_can_start(config, run_dir)
     release_run(run_dir)
     return config, checkpoint
+
+
+# How the games are spread over worker processes: a speed setting of the machine (configs/ppo.py,
+# grouped_for_cores), free to change on a resume as long as the games stay the same: each game's
+# state is saved on its own, so a resume in another grouping is exact (tests/test_faults.py).
+GROUPING = {"n_workers", "envs_per_worker"}
+
+
+def regrouped(saved: PPOConfig, overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` with the grouping completed: a resume keeps the run's number of games, so one of
+    --n-workers and --envs-per-worker decides the other; `ConfigError` for a grouping of another number."""
+    games = saved.n_envs
+    chosen = {name: overrides[name] for name in sorted(GROUPING & overrides.keys())}
+    if len(chosen) == 1:
+        (name, value), = chosen.items()
+        if games % value:
+            raise ConfigError(name, value, f"a divisor of the resumed run's {games} games (a resume can regroup its games, "
+                                           "not change their number)")
+        other = (GROUPING - {name}).pop()
+        return {**overrides, other: games // value}
+    if len(chosen) == 2 and overrides["n_workers"] * overrides["envs_per_worker"] != games:
+        raise ConfigError("n_workers", f"{overrides['n_workers']} with --envs-per-worker {overrides['envs_per_worker']}",
+                          f"n_workers × envs_per_worker = the resumed run's {games} games (a resume can regroup its games, "
+                          "not change their number)")
+    return overrides
 
 
 def check_records(run_dir: Path, run_uuid: str, checkpoint: dict[str, Any]) -> None:
