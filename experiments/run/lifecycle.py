@@ -206,8 +206,9 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
 
 
 # How the games are spread over worker processes: a speed setting of the machine (configs/ppo.py,
-# grouped_for_cores), free to change on a resume as long as the games stay the same: each game's
-# state is saved on its own, so a resume in another grouping is exact (tests/test_faults.py).
+# grouped_for_cores), free to change on a resume as long as the games stay the same. Each game's
+# state is saved on its own, so a resume in another grouping is exact whenever the network acts for
+# the same games at once (ppo/trainer.py, acting_groups; tests/test_faults.py).
 GROUPING = {"n_workers", "envs_per_worker"}
 
 
