@@ -274,8 +274,7 @@ def grouped_for_cores(config: PPOConfig, cores: int) -> PPOConfig:
 def grouped_unless_chosen(config: PPOConfig, overrides: Mapping[str, Any]) -> PPOConfig:
     """`config` with its games grouped by this machine's usable cores (`grouped_for_cores`), unless
     the command line (`overrides`) chose the grouping or the games run as Ray actors: what a plain
-    training run does (and a resume, on whatever machine it runs), and so what the benchmark
-    measures by default."""
+    training run does, and so what the benchmark measures by default."""
     if config.backend != "local" or {"n_workers", "envs_per_worker"} & overrides.keys():
         return config
     return grouped_for_cores(config, usable_cores())

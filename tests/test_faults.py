@@ -158,10 +158,11 @@ def test_resume_is_exact(cli, tmp_path: Path) -> None:
 
 def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> None:
     """Grouping is a speed setting of the machine (a run started on 16 cores as 8 × 1 and resumed on
-    2 would otherwise keep 8 processes there): a resume regroups its games for this machine's cores
-    unless told, or as --n-workers / --envs-per-worker say, never changing their number. When the
-    network still acts for the same games at once (4 games: 4 × 1 and 2 × 2 both act for 2 and 2),
-    every number learned is the same as without the resume; 1 × 4 acts for all 4 at once, and says so."""
+    2 would otherwise keep 8 processes there): a resume regroups its games as --n-workers /
+    --envs-per-worker say, never changing their number, and untold keeps them as they ran (suggesting
+    this machine's grouping). When the network still acts for the same games at once (4 games: 4 × 1
+    and 2 × 2 both act for 2 and 2), every number learned is the same as without the resume; 1 × 4
+    acts for all 4 at once, and the note says so."""
     import shutil
 
     from configs.ppo import grouped_for_cores, usable_cores
@@ -185,10 +186,10 @@ def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> Non
     for copy in ("untold", "one-process"):
         shutil.copytree(tmp_path / "told", tmp_path / copy)
     here = grouped_for_cores(PPOConfig(n_workers=4), usable_cores())  # 2 × 2 on 2 or 3 cores, 1 × 4 on one
-    same = "the same batches, so the regrouping changes nothing learned"
+    same = "the same batches, so nothing learned changes"
     other = "other batches, so from here the run is not bit for bit the one it would have been"
     for folder, grouping, (workers, per_worker) in (("told", ["--n-workers", "2"], (2, 2)),
-                                                    ("untold", [], (here.n_workers, here.envs_per_worker)),
+                                                    ("untold", [], (4, 1)),
                                                     ("one-process", ["--envs-per-worker", "4"], (1, 4))):
         resumed = cli.run("experiments.breakout", "--resume", uuid, *grouping, "--stop-after-env-steps", "none",
                           "--data-dir", str(tmp_path / folder))
@@ -200,6 +201,12 @@ def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> Non
         if (workers, per_worker) != (4, 1):
             assert (f"note: the run's 4 games ran as 4 × 1 and go on as {workers} × {per_worker}; the network acts for "
                     f"them in {same if exact else other}") in resumed.stderr, (folder, resumed.stderr[-2000:])
+        elif (here.n_workers, here.envs_per_worker) != (4, 1):
+            regrouped_here = len(acting_groups(here)) == 2
+            assert (f"note: the run's 4 games go on as 4 × 1, as they ran; for this machine's {usable_cores()} usable cores, "
+                    f"--n-workers {here.n_workers} would group them {here.n_workers} × {here.envs_per_worker} ("
+                    + ("nothing learned would change" if regrouped_here else "the network would act for them in other batches")
+                    ) in resumed.stderr, resumed.stderr[-2000:]
         if exact:
             for name, tensor in reference["model"].items():
                 assert torch.equal(tensor, final["model"][name]), (folder, name)

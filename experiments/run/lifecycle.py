@@ -30,7 +30,7 @@ from labml.internal.monitor import monitor_singleton
 
 from configs.cli import config_from_overrides
 from configs.live import LiveHyperParams
-from configs.ppo import ConfigError, PPOConfig, config_fields, grouped_unless_chosen, live_ranges, live_value_problem
+from configs.ppo import ConfigError, PPOConfig, config_fields, grouped_for_cores, live_ranges, live_value_problem, usable_cores
 from dashboard.client import finish_app_tracking
 from experiments.run.appended_csv import torn_last_line
 from experiments.run.console import say
@@ -185,15 +185,8 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
         if name not in run_options | GROUPING and value != getattr(saved, name):
             raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as "
                                            "--device, and the grouping of its games, may change on --resume)")
-    config = grouped_unless_chosen(config_from_overrides({"dashboard": None, **regrouped(saved, overrides)}, saved, is_known_game),
-                                   overrides)
-    if (config.n_workers, config.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
-        exact = ([envs for _, envs in acting_groups(config)] == [envs for _, envs in acting_groups(saved)])
-        say(f"note: the run's {saved.n_envs} games ran as {saved.n_workers} × {saved.envs_per_worker} and go on as "
-            f"{config.n_workers} × {config.envs_per_worker}; the network acts for them in "
-            + ("the same batches, so the regrouping changes nothing learned" if exact else
-               "other batches, so from here the run is not bit for bit the one it would have been (a batch's size "
-               "changes the last bits of its logits)"))
+    config = config_from_overrides({"dashboard": None, **regrouped(saved, overrides)}, saved, is_known_game)
+    say_regrouping(saved, config)
     if saved.dashboard is not None and config.dashboard is None:
         say(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
             "add --dashboard URL to send the resumed run to one")
@@ -206,7 +199,8 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
 
 
 # How the games are spread over worker processes: a speed setting of the machine (configs/ppo.py,
-# grouped_for_cores), free to change on a resume as long as the games stay the same. Each game's
+# grouped_for_cores), that a resume may change (--n-workers, --envs-per-worker) as long as the
+# games stay the same: a run moved to a machine with other cores need not keep 8 processes on 2. Each game's
 # state is saved on its own, so a resume in another grouping is exact whenever the network acts for
 # the same games at once (ppo/trainer.py, acting_groups; tests/test_faults.py).
 GROUPING = {"n_workers", "envs_per_worker"}
@@ -229,6 +223,29 @@ def regrouped(saved: PPOConfig, overrides: dict[str, Any]) -> dict[str, Any]:
                           f"n_workers × envs_per_worker = the resumed run's {games} games (a resume can regroup its games, "
                           "not change their number)")
     return overrides
+
+
+def say_regrouping(saved: PPOConfig, config: PPOConfig) -> None:
+    """A resume keeps its run's grouping unless told (it may be a choice: two processes a run, so
+    that eight runs share a machine), and says what a regrouping changes, or suggests one where
+    this machine's cores would group the games otherwise (`grouped_for_cores`, as for a new run)."""
+    def same_batches(a: PPOConfig, b: PPOConfig) -> bool:
+        return [envs for _, envs in acting_groups(a)] == [envs for _, envs in acting_groups(b)]
+    effect = {True: "the network acts for them in the same batches, so nothing learned changes",
+              False: "the network acts for them in other batches, so from here the run is not bit for bit the one "
+                     "it would have been (a batch's size changes the last bits of its logits)"}
+    suggestion = {True: "nothing learned would change", False: "the network would act for them in other batches, "
+                                                               "so the run would not go on bit for bit"}
+    if (config.n_workers, config.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
+        say(f"note: the run's {saved.n_envs} games ran as {saved.n_workers} × {saved.envs_per_worker} and go on as "
+            f"{config.n_workers} × {config.envs_per_worker}; {effect[same_batches(saved, config)]}")
+        return
+    cores = usable_cores()
+    suited = grouped_for_cores(saved, cores)
+    if config.backend == "local" and (suited.n_workers, suited.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
+        say(f"note: the run's {saved.n_envs} games go on as {saved.n_workers} × {saved.envs_per_worker}, as they ran; for "
+            f"this machine's {cores} usable cores, --n-workers {suited.n_workers} would group them {suited.n_workers} × "
+            f"{suited.envs_per_worker} ({suggestion[same_batches(saved, suited)]})")
 
 
 def check_records(run_dir: Path, run_uuid: str, checkpoint: dict[str, Any]) -> None:
