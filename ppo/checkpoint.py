@@ -121,7 +121,7 @@ def check_random_states(checkpoint: dict[str, Any]) -> None:
             and state.numel() in GENERATOR_STATE_BYTES.values()):
         what = f"a {state.dtype} tensor of shape {tuple(state.shape)}" if torch.is_tensor(state) else f"{type(state).__name__} {state!r:.60}"
         raise CheckpointError(f"the checkpoint's sample_generator is {what}; expected {kinds} (uint8)")
-    device = checkpoint.get("sample_generator_device", sampled_on(checkpoint))
+    device = sampled_on(checkpoint)
     if GENERATOR_STATE_BYTES.get(device) != state.numel():
         raise CheckpointError(f"the checkpoint's sample_generator_device is {device!r} but its sample_generator "
                               f"holds {state.numel():,} bytes; expected {kinds}")
