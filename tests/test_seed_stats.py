@@ -1,0 +1,47 @@
+"""The two-sided tests behind the learning-curve comparisons, against values worked out by hand."""
+
+import math
+
+import pytest
+
+from experiments.seed_stats import compare, permutation_p, t_cdf, t_quantile
+
+
+def test_t_cdf_with_one_degree_of_freedom_is_the_cauchy_cdf() -> None:
+    # df = 1 is the Cauchy distribution: P(T ≤ t) = 1/2 + atan(t)/π, so P(T ≤ 1) = 3/4.
+    assert t_cdf(1.0, 1) == pytest.approx(0.75, abs=1e-6)
+    assert t_cdf(-1.0, 1) == pytest.approx(0.25, abs=1e-6)
+    assert t_cdf(0.0, 7) == 0.5
+
+
+def test_t_quantiles_match_the_printed_tables() -> None:
+    # The two-sided 95% critical values of any t table: 12.706 (df 1), 2.776 (df 4), 2.228 (df 10).
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(0.975, 4) == pytest.approx(2.776, abs=1e-3)
+    assert t_quantile(0.975, 10) == pytest.approx(2.228, abs=1e-3)
+
+
+def test_permutation_p_counts_every_split() -> None:
+    # Pooled 1, 2, 3, 4 split into pairs: 6 ways; the mean differences ±2 (the observed one and its
+    # mirror) are as extreme as observed, so p = 2/6.
+    import numpy as np
+    assert permutation_p(np.array([1.0, 2.0]), np.array([3.0, 4.0])) == pytest.approx(1 / 3)
+
+
+def test_welch_interval_worked_by_hand() -> None:
+    # A = 1, 2, 3 and B = 4, 5, 6: difference 3; each side's variance of the mean 1/3, so
+    # se = √(2/3) = 0.8165, t = 3.674; Welch's df = (2/3)² / (2 · (1/3)² / 2) = 4;
+    # half-width 2.776 · 0.8165 = 2.267; exact permutation: 2 of the 20 splits.
+    c = compare([1, 2, 3], [4, 5, 6])
+    assert c.difference == pytest.approx(3.0)
+    assert c.df == pytest.approx(4.0)
+    assert c.t == pytest.approx(3 / math.sqrt(2 / 3))
+    assert (c.low, c.high) == (pytest.approx(3 - 2.2670, abs=1e-3), pytest.approx(3 + 2.2670, abs=1e-3))
+    assert c.p_welch == pytest.approx(0.0213, abs=1e-3)
+    assert c.p_permutation == pytest.approx(0.1)
+    assert c.line().startswith("+3.0 [+0.7, +5.3]")
+
+
+def test_a_single_seed_has_no_spread_to_test() -> None:
+    with pytest.raises(ValueError, match="at least 2 seeds a side"):
+        compare([1.0], [2.0, 3.0])
