@@ -15,7 +15,7 @@ On top of the stock app this:
   non-JSON bodies, and caps request bodies (see `guard`);
 - refuses bad input at ingestion (malformed or unstorable JSON, wrong types, unknown runs,
   changed live-hyperparameter ranges) with a 4xx JSON error, so nothing stored can break a
-  later request, and caps what one run may store (see `usage`);
+  later request, and caps what one run and the whole store may hold (see `usage`);
 - shows a run's latest evaluation video on its page, read from the trainer's runs folder
   (see `videos`).
 
@@ -42,13 +42,14 @@ from dashboard.handlers import OWN_STATIC, DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import (
     drop_stock_error_middleware,
+    give_back_on_delete,
     load_labml_app,
     present_runs,
     replace_stock_routes,
     trust_only_origin,
 )
 from dashboard.stock_api import check_stock_routes
-from dashboard.usage import MAX_RUN_BYTES, RunUsage
+from dashboard.usage import MAX_RUN_BYTES, MAX_RUNS, MAX_STORE_BYTES, RunUsage
 from dashboard.videos import video_routes
 from dashboard.web import answer_errors_as_json
 
@@ -67,6 +68,8 @@ class DashboardSettings:
     port: int = 5005
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_run_bytes: int = MAX_RUN_BYTES
+    max_runs: int = MAX_RUNS
+    max_store_bytes: int = MAX_STORE_BYTES
     allowed_hosts: tuple[str, ...] = ()  # answered besides the loopback names and `host`
     runs_dir: Path | None = None  # the trainer's data_dir, whose run videos the run pages show
 
@@ -75,10 +78,13 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     flask_app = load_labml_app(settings.host, settings.port, settings.data_dir / "store", settings.mongo_url)
     static_root = Path(flask_app.STATIC_PATH)
     hp_store = HyperParamStore(settings.data_dir / "hyperparams.json")
-    handlers = DashboardHandlers(hp_store, RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes),
+    usage = RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes, settings.max_runs,
+                     settings.max_store_bytes)
+    handlers = DashboardHandlers(hp_store, usage,
                                  static_root, vendor_folders(settings.assets), build_index(static_root, settings.assets),
                                  settings.assets.rewrite_index((OWN_STATIC / "hyperparams.html").read_text("utf-8")))
     present_runs(hp_store)
+    give_back_on_delete(usage)
     check_stock_routes(flask_app.app)
     replace_stock_routes(flask_app, first=[*handlers.routes(), *video_routes(settings.runs_dir)],
                          last=handlers.catch_all_routes())

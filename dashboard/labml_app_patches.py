@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute
 
 from dashboard import run_display, store
 from dashboard.hyperparams import HyperParamStore
+from dashboard.usage import RunUsage
 
 
 def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None) -> ModuleType:
@@ -143,3 +144,16 @@ def present_runs(hp_store: HyperParamStore) -> None:
         return run_display.list_summary(stock_summary(self), series)
 
     run_db.Run.get_summary = get_summary
+
+
+def give_back_on_delete(usage: RunUsage) -> None:
+    """A run deleted on the dashboard no longer counts against the store's caps."""
+    from labml_app.db import run as run_db
+
+    stock_delete = run_db.delete
+
+    def delete(run_uuid: str) -> None:
+        stock_delete(run_uuid)
+        usage.forget(run_uuid)
+
+    run_db.delete = delete

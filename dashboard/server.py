@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import signal
 import socket
 import sys
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 import uvicorn
 
 from dashboard.assets import ensure_assets
+from dashboard.connections import OncePerFilter, guarded_protocol, quiet_loop_errors
 from dashboard.store import DataFolderLock
+from dashboard.usage import MAX_RUNS, MAX_STORE_BYTES
 
 # How long in-flight requests get to finish after Ctrl-C / SIGTERM.
 GRACEFUL_SHUTDOWN_S = 3
@@ -69,13 +74,25 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        quiet_loop_errors(asyncio.get_running_loop())
         await super().startup(sockets=sockets)
         if not self.should_exit:
             print(f"Dashboard running at {self.url}  (Ctrl-C to stop)", flush=True)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one client may take of the server (see `connections`) and of the store (see `usage`)."""
+
+    request_timeout_s: float = 30.0  # to send a whole request, headers and body
+    idle_timeout_s: float = 5.0  # between requests on a kept-alive connection
+    max_connections: int = 256
+    max_runs: int = MAX_RUNS
+    max_store_bytes: int = MAX_STORE_BYTES
+
+
 def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets_dir: Path,
-          allowed_hosts: tuple[str, ...] = (), runs_dir: Path | None = None) -> int:
+          allowed_hosts: tuple[str, ...] = (), runs_dir: Path | None = None, limits: Limits = Limits()) -> int:
     """Run the dashboard until Ctrl-C or SIGTERM; returns the process exit code."""
     from dashboard.app import DashboardSettings, create_app
     from dashboard.store import DataFolderInUseError
@@ -101,7 +118,8 @@ def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets
                       f"the page needs internet access for it", file=sys.stderr)
             url = base_url(host, port)
             settings = DashboardSettings(data_dir=data_dir, mongo_url=mongo_url, assets=assets,
-                                         host=host, port=port, allowed_hosts=allowed_hosts, runs_dir=runs_dir)
+                                         host=host, port=port, allowed_hosts=allowed_hosts, runs_dir=runs_dir,
+                                         max_runs=limits.max_runs, max_store_bytes=limits.max_store_bytes)
             try:
                 app = create_app(settings)
             except Exception as e:  # e.g. MongoDB unreachable
@@ -116,7 +134,10 @@ def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets
             # labml-app's analyses average empty series on fresh runs; numpy warns each time.
             warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"numpy\.")
             config = uvicorn.Config(app, log_level="warning", lifespan="off",
-                                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                                    http=guarded_protocol(limits.request_timeout_s, limits.max_connections),
+                                    timeout_keep_alive=limits.idle_timeout_s)  # type: ignore[arg-type]
+            logging.getLogger("uvicorn.error").addFilter(OncePerFilter())
             _Server(config, url).run(sockets=[sock])
     finally:
         lock.release()

@@ -10,6 +10,10 @@ for follow what it keeps:
   labml's own indicators, ``hp.*``, ``grad.*``... : those cost nothing).
 Series and configs do not grow with a run's length, only its console output does.
 
+The store as a whole is capped too: at most `max_runs` runs (a new run_uuid is refused past it)
+and `max_store_bytes` charged over all runs, so many runs cannot do what one run may not.
+A deleted run's share is given back (`forget`).
+
 The counts persist in one JSON file, so a restart does not reset them.
 """
 
@@ -25,6 +29,8 @@ from dashboard.store import atomic_write, read_json_object
 from dashboard.web import BadRequest
 
 MAX_RUN_BYTES = 64 * 1024 * 1024
+MAX_RUNS = 1000
+MAX_STORE_BYTES = 2 * 1024 ** 3
 # labml-app's Series keeps at most 1024 (step, last_step, value) points: 12.8 KB pickled at
 # 521 points, so twice that rounded up.
 SERIES_BYTES = 32 * 1024
@@ -43,13 +49,17 @@ def packet_charge(packet: dict[str, Any], known_series: set[str]) -> tuple[int, 
 
 
 class RunUsage:
-    """Bytes charged and series seen per run; `reserve` refuses what would pass `max_run_bytes`."""
+    """Bytes charged and series seen per run; `check` refuses what would pass a cap."""
 
-    def __init__(self, path: Path, max_run_bytes: int = MAX_RUN_BYTES) -> None:
+    def __init__(self, path: Path, max_run_bytes: int = MAX_RUN_BYTES, max_runs: int = MAX_RUNS,
+                 max_store_bytes: int = MAX_STORE_BYTES) -> None:
         self._path = path
         self.max_run_bytes = max_run_bytes
+        self.max_runs = max_runs
+        self.max_store_bytes = max_store_bytes
         self._lock = threading.Lock()
         self._runs: dict[str, dict[str, Any]] = self._load()
+        self._total = sum(int(entry.get("bytes", 0)) for entry in self._runs.values())
 
     def _load(self) -> dict[str, dict[str, Any]]:
         return read_json_object(self._path, "a usage file")
@@ -67,19 +77,42 @@ class RunUsage:
         return total, new_series
 
     def check(self, run_uuid: str, charged: int) -> None:
+        # Nothing awaits between `check` and `record` in the /track handler (labml-app's update is
+        # synchronous), so two requests cannot both pass a cap that only one fits under.
+        with self._lock:
+            runs, total, new = len(self._runs), self._total, run_uuid not in self._runs
+        if new and runs >= self.max_runs:
+            raise BadRequest(413, f"the store holds {runs} runs, the most --max-runs allows; delete runs "
+                                  f"or restart the dashboard with a larger --max-runs")
         used = self.used(run_uuid)
         if used + charged > self.max_run_bytes:
             raise BadRequest(413, f"run {run_uuid} has stored {used} bytes and this request adds {charged}; "
                                   f"a run may store at most {self.max_run_bytes} bytes")
+        if total + charged > self.max_store_bytes:
+            raise BadRequest(413, f"the store holds {total} bytes and this request adds {charged}; it may hold "
+                                  f"at most {self.max_store_bytes} bytes (--max-store-mb); delete runs or "
+                                  f"restart the dashboard with a larger --max-store-mb")
 
     def record(self, run_uuid: str, charged: int, new_series: list[str]) -> None:
-        if not charged:
-            return  # most packets only extend known series: nothing to write
         with self._lock:
+            if not charged and run_uuid in self._runs:
+                return  # most packets only extend known series: nothing to write
             entry = self._runs.setdefault(run_uuid, {"bytes": 0, "series": []})
             entry["bytes"] += charged
             entry["series"] += new_series
-            atomic_write(self._path, json.dumps(self._runs, sort_keys=True).encode("utf-8"))
+            self._total += charged
+            self._save()
+
+    def forget(self, run_uuid: str) -> None:
+        """Give a deleted run's share back."""
+        with self._lock:
+            entry = self._runs.pop(run_uuid, None)
+            if entry is not None:
+                self._total -= int(entry.get("bytes", 0))
+                self._save()
+
+    def _save(self) -> None:
+        atomic_write(self._path, json.dumps(self._runs, sort_keys=True).encode("utf-8"))
 
     def used(self, run_uuid: str) -> int:
         with self._lock:

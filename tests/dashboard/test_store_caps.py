@@ -1,0 +1,83 @@
+"""Issue 39, item 6: the store as a whole is capped (--max-runs, --max-store-mb), against a real dashboard.
+
+Past either cap a /track gets one 413 JSON error naming it and stores nothing; the runs already
+there are still served and may still send what fits; deleting a run gives its share back; a flood
+of refused new runs leaves the others answered.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from dashboard_support import Dashboard
+from test_security import assert_refused, new_uuid, run_uuids, send_json, track_path
+
+SERIES_BYTES = 32 * 1024  # dashboard.usage.SERIES_BYTES
+MAX_STORE_BYTES = 1024 * 1024  # --max-store-mb 1
+
+
+def series(start: int, count: int) -> dict[str, Any]:
+    return {f"s{i:03d}": {"step": [1], "value": [0.5]} for i in range(start, start + count)}
+
+
+def test_the_store_cannot_grow_past_its_caps(tmp_path: Path, no_leftover_processes: None) -> None:
+    dashboard = Dashboard(tmp_path, options=("--max-runs", "3", "--max-store-mb", "1"))
+    a, b, c, d = (new_uuid() for _ in range(4))
+    try:
+        dashboard.wait_ready()
+        # Worked out by hand: '{"name": "a"}' is 13 bytes, each new series 32 KiB.
+        assert send_json(dashboard, "POST", track_path(a), {"name": "a", "track": series(0, 16)})[0] == 200
+        assert send_json(dashboard, "POST", track_path(b), {"name": "b", "track": series(0, 15)})[0] == 200
+        stored = 13 + 16 * SERIES_BYTES + 13 + 15 * SERIES_BYTES
+        assert stored == 1_015_834 and MAX_STORE_BYTES - stored == 32_742  # room for 32_742 bytes: no series
+
+        status, answer = send_json(dashboard, "POST", track_path(b), {"track": series(15, 1)})
+        assert status == 413, answer
+        assert_refused(answer, f"the store holds {stored} bytes and this request adds {SERIES_BYTES}",
+                       f"at most {MAX_STORE_BYTES} bytes (--max-store-mb)")
+
+        assert send_json(dashboard, "POST", track_path(c), {"name": "c"})[0] == 200
+        stored += 13
+        status, answer = send_json(dashboard, "POST", track_path(d), {"name": "d"})
+        assert status == 413, answer
+        assert_refused(answer, "the store holds 3 runs, the most --max-runs allows")
+        assert sorted(run_uuids(dashboard)) == sorted([a, b, c])
+
+        # A flood of new runs past the cap: each refused, the rest of the dashboard answered.
+        answers: list[int] = []
+
+        def flood() -> None:
+            for _ in range(5):
+                answers.append(send_json(dashboard, "POST", track_path(new_uuid()), {"name": "flood"})[0])
+
+        threads = [threading.Thread(target=flood) for _ in range(10)]
+        for thread in threads:
+            thread.start()
+        for run, name in ((a, "a"), (b, "b"), (c, "c")):
+            status, info = dashboard.request("GET", f"/api/v1/run/{run}")
+            assert status == 200 and info["name"] == name, info
+        for thread in threads:
+            thread.join()
+        assert answers == [413] * 50
+        assert sorted(run_uuids(dashboard)) == sorted([a, b, c])
+
+        # Runs already there still send what fits: points on known series cost nothing, text what it weighs.
+        assert send_json(dashboard, "POST", track_path(a), {"track": series(0, 16)})[0] == 200
+        # '{"stdout": "..."}' is 14 bytes more than its text; 32_729 bytes are left.
+        assert MAX_STORE_BYTES - stored == 32_729
+        status, answer = send_json(dashboard, "POST", track_path(c), {"stdout": "y" * 32_716})
+        assert status == 413, answer
+        assert_refused(answer, f"the store holds {stored} bytes and this request adds 32730")
+        assert send_json(dashboard, "POST", track_path(c), {"stdout": "y" * 32_715})[0] == 200
+
+        # Deleting a run on the dashboard gives its share back.
+        status, answer = dashboard.request("PUT", "/api/v1/runs", {"run_uuids": [a]})
+        assert status == 200, answer
+        assert sorted(run_uuids(dashboard)) == sorted([b, c])
+        assert send_json(dashboard, "POST", track_path(d), {"name": "d", "track": series(0, 15)})[0] == 200
+        assert sorted(run_uuids(dashboard)) == sorted([b, c, d])
+        assert dashboard.terminate() == 0
+    finally:
+        dashboard.kill()
