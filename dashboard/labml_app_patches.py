@@ -19,7 +19,7 @@ from typing import Any
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute
 
-from dashboard import run_display, store
+from dashboard import run_display, safe_pickle, store
 from dashboard.hyperparams import HyperParamStore
 from dashboard.usage import RunUsage
 
@@ -41,6 +41,7 @@ def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None
         db.init_mongo_db = lambda *a, **kw: store.use_file_store(file_store)
     else:
         db.init_mongo_db = lambda *a, **kw: stock_init_mongo_db(mongo_url)
+        safe_pickle.use_in_mongo_driver()
     from labml_app.logger import logger as labml_app_logger
 
     # It logs every request at INFO level.

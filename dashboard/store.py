@@ -25,8 +25,9 @@ from labml_db import Index, Model
 from labml_db.driver.file import FileDbDriver
 from labml_db.index_driver.file import FileIndexDbDriver
 from labml_db.serializer.json import JsonSerializer
-from labml_db.serializer.pickle import PickleSerializer
 from labml_db.types import ModelDict
+
+from dashboard.safe_pickle import SafePickleSerializer, read_record
 
 LOCK_FILE_NAME = "dashboard.lock"
 
@@ -86,7 +87,9 @@ class AtomicFileDbDriver(FileDbDriver):
             return None
         if not self._serializer.is_bytes:
             return self._serializer.from_string(data.decode("utf-8"))
-        return self._serializer.from_string(data)
+        # Pickled models are read as data only; a record that is not is skipped (see `safe_pickle`).
+        record: ModelDict | None = read_record(data, str(self._path(key)))
+        return record
 
     def save_dict(self, key: str, data: ModelDict) -> None:
         encoded = self._serializer.to_string(data)
@@ -168,7 +171,7 @@ def use_file_store(data_dir: Path) -> None:
     """Point every labml-app model and index at files under `data_dir`.
 
     Models are pickled (as labml-app does for MongoDB: some hold values JSON cannot
-    represent); indexes are small JSON maps.
+    represent) and read back as plain data only (`safe_pickle`); indexes are small JSON maps.
     """
     from labml_app import db
 
@@ -176,7 +179,7 @@ def use_file_store(data_dir: Path) -> None:
     indexes_dir = data_dir / "indexes"
     models_dir.mkdir(parents=True, exist_ok=True)
     indexes_dir.mkdir(parents=True, exist_ok=True)
-    Model.set_db_drivers([AtomicFileDbDriver(PickleSerializer(), m, models_dir) for m in db.models])
+    Model.set_db_drivers([AtomicFileDbDriver(SafePickleSerializer(), m, models_dir) for m in db.models])
     Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, indexes_dir / f"{i.__name__}.json")
                           for i in db.indexes])
     _create_default_projects()
