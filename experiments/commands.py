@@ -31,6 +31,7 @@ COMMANDS = {
     "value-clip": Command("experiments.value_clip", "how much of a batch each value clip range would hold back at a checkpoint"),
     "chaos": Command("experiments.chaos", "interrupt, kill and resume real runs and check they survive"),
     "sweep": Command("experiments.sweep", "grid or random hyperparameter search on Ray"),
+    "pbt": Command("experiments.pbt", "population-based training on Ray, tweaking members through the live channel"),
 }
 
 

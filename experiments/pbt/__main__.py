@@ -1,0 +1,5 @@
+import sys
+
+from experiments.pbt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,200 @@
+"""`python -m experiments.pbt --population N --interval UPDATES [training options …]`.
+
+Every training option (`python -m experiments.breakout --help`) is shared by the members; member i
+trains with seed --seed + i. The last line printed on stdout is the path of the population's
+lineage.csv; everything else goes to stderr. Exit codes: 0 every member reached its last update;
+1 a member failed and could not be replaced; 130 stopped by Ctrl-C/SIGTERM (every member with a
+checkpoint: `--resume FOLDER` goes on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from contextlib import nullcontext
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args, spell_game
+from configs.ppo import ConfigError
+from dashboard.client import DashboardError, set_hyperparams
+from experiments.pbt.explore import DEFAULT_EXPLORED, changes_text, check_explored, exploit
+from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
+from experiments.pbt.population import STATE, Population, PrivateDashboard, run_segment
+from experiments.run.folders import checkpoint_path
+from experiments.run.preflight import check_can_start
+from game.atari import canonical_game, is_known_game
+
+PROG = "python -m experiments.pbt"
+
+
+class PbtError(ValueError):
+    """Bad input: one line, exit 2, before anything starts."""
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
+    """The population to run (new, or read from --resume) and the Ray cluster's address, every
+    value checked before Ray or any member starts."""
+    overrides = overrides_from_args(args)
+    address = overrides.pop("ray_address", None)  # the population's cluster, not a member setting
+    if args.resume is not None:
+        folder = Path(args.resume)
+        if not (folder / STATE).is_file():
+            raise PbtError(f"--resume {args.resume}: expected a population folder (one holding {STATE})")
+        given = sorted(overrides) + [o for o in ("population", "interval", "explore") if getattr(args, o) is not None]
+        if given:
+            raise PbtError(f"--{given[0].replace('_', '-')}: a resumed population keeps its own settings "
+                           "(only --ray-address may be given with --resume)")
+        return Population.load(folder), address
+    for option, value, least in (("population", args.population, 2), ("interval", args.interval, 1)):
+        if value is None or value < least:
+            raise PbtError(f"--{option} {value}: expected an integer ≥ {least}")
+    explore = args.explore.split(",") if args.explore is not None else list(DEFAULT_EXPLORED)
+    if (problem := check_explored(explore)) is not None:
+        raise PbtError(f"--explore {args.explore}: expected {problem}")
+    fixed = spell_game(overrides, canonical_game)
+    base = config_from_overrides(fixed, game_exists=is_known_game)
+    if args.interval >= base.last_update:
+        raise PbtError(f"--interval {args.interval}: expected an integer from 1 to {base.last_update - 1} (fewer "
+                       f"than the members' {base.last_update} updates, or no member would ever copy another)")
+    if address is not None and base.dashboard is None:
+        raise PbtError(f"--ray-address {address}: needs --dashboard URL, one every node can reach (the members' live channel)")
+    if address is not None:
+        config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
+    check_can_start(base)
+    cpus = args.cpus_per_member or (1 if base.backend == "serial" else base.n_workers + 1)
+    if not (cpus > 0 and cpus < float("inf")):
+        raise PbtError(f"--cpus-per-member {cpus:g}: expected a number > 0")
+    if args.max_retries < 0:
+        raise PbtError(f"--max-retries {args.max_retries}: expected an integer ≥ 0")
+    fixed = {"torch_threads": max(1, int(cpus)), **fixed, "data_dir": str(Path(base.data_dir).resolve())}
+    fixed.pop("seed", None)
+    folder = Path(fixed["data_dir"]) / base.name / f"pbt-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+    members = [{"run_uuid": uuid.uuid4().hex, "seed": base.seed + i} for i in range(args.population)]
+    return Population(str(folder), args.interval, explore, base.last_update, base.batch_size, fixed, members, cpus,
+                      args.max_retries, private_dashboard=base.dashboard is None), address
+
+
+def exploit_and_explore(population: Population, update: int, failures: dict[int, str | None]) -> list[dict[str, Any]]:
+    """The bottom quarter (and any member that failed) copies a top-quarter member's learner and is
+    sent that member's live values, perturbed, through the dashboard; one lineage row each."""
+    n = len(population.members)
+    scores = {m: population.summary(m).get("score_mean_100") for m in range(n)}
+    order = sorted(range(n), key=lambda m: (failures.get(m) is not None, scores[m] is None, -(scores[m] or 0.0), m))
+    quarter = max(1, n // 4)
+    top = order[:quarter]
+    losers = sorted((set(order[-quarter:]) | {m for m, why in failures.items() if why}) - set(top))
+    url = population.fixed["dashboard"].split("/api/")[0]
+    rows = []
+    for i, member in enumerate(losers):
+        donor = top[i % quarter]
+        run_dir, donor_dir = population.run_dir(member), population.run_dir(donor)
+        if run_dir is None or donor_dir is None or not checkpoint_path(run_dir).exists():
+            raise RuntimeError(f"member {member} has no checkpoint to copy member {donor}'s learner into "
+                               f"({failures.get(member) or 'no run folder'})")
+        changes = exploit(run_dir, donor_dir, population.explore, np.random.default_rng([population.members[member]["seed"], update]))
+        note = ""
+        try:
+            set_hyperparams(url, population.members[member]["run_uuid"], changes)
+        except DashboardError as e:
+            note = f" (not delivered: {e})"
+        say(f"  member {member} ({_score(scores[member])}) takes member {donor}'s weights, Adam state and schedule "
+            f"position ({_score(scores[donor])}) at update {update}, keeps its own games and seeds; "
+            f"queued {changes_text(changes)}{note}")
+        rows.append({"update": update, "member": member, "copied_from": donor, "changes": changes_text(changes) + note})
+    return rows
+
+
+def _score(score: float | None) -> str:
+    return "no game ended yet" if score is None else f"score {score:.1f}"
+
+
+def run(population: Population, address: str | None) -> int:
+    from experiments.sweep import connect
+
+    folder = population.path
+    folder.mkdir(parents=True, exist_ok=True)
+    lineage = folder / "lineage.csv"
+    append_rows(lineage, [])  # the header, so the path printed always names a table
+    targets = population.targets()
+    private = PrivateDashboard(folder / "dashboard", Path(population.fixed["data_dir"])) if population.private_dashboard else None
+    import ray
+
+    with private or nullcontext():
+        if private is not None:
+            population.fixed["dashboard"] = private.url
+        population.save()
+        say(f"pbt: {len(population.members)} members, {len(targets)} segments of {population.interval} updates "
+            f"(to update {population.last_update}); exploring {', '.join(population.explore)}; folder {folder}\n"
+            f"  dashboard {population.fixed['dashboard']}; members (tweak them by hand with python -m experiments.tweak): "
+            + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members)))
+        try:
+            if not connect(address, population.cpus_per_member):
+                say(f"error: no node of the cluster at {address} has {population.cpus_per_member:g} CPUs for a member")
+                return 2
+            failures: dict[int, str | None] = {}
+            while population.generation < len(targets):
+                target = targets[population.generation]
+                say(f"segment {population.generation + 1}/{len(targets)}: every member to update {target}")
+                failures = run_segment(population, target, say)
+                last = population.generation == len(targets) - 1
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+                try:  # a generation's copies, its rows and its count are done whole, or not at all
+                    rows = [] if last else exploit_and_explore(population, target, failures)
+                    append_rows(lineage, rows)
+                    population.generation += 1
+                    population.save()
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+                plot(folder / "lineage.png", read_rows(lineage), [population.run_dir(m) or folder for m in range(len(population.members))])
+            code = 0 if not any(failures.values()) else 1
+        except KeyboardInterrupt:
+            say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
+            code = 130
+        except RuntimeError as e:
+            say(f"pbt: error: {e}")
+            code = 1
+        finally:
+            ray.shutdown()  # a private instance stops; a cluster is only disconnected from
+    print(lineage, flush=True)
+    return code
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    parser: OneLineParser = build_parser(prog, "Population-based training: members train in parallel on Ray; every "
+                                               "--interval updates the worst quarter copies the best quarter's learner and "
+                                               "is sent its live hyperparameters, perturbed, through the dashboard's live "
+                                               "channel. The training options below are every member's.")
+    group = parser.add_argument_group("population")
+    group.add_argument("--population", type=int, metavar="N", help="members (at least 2)")
+    group.add_argument("--interval", type=int, metavar="UPDATES", help="updates between exploits")
+    group.add_argument("--explore", metavar="NAME,…", help=f"live hyperparameters to perturb (default: {','.join(DEFAULT_EXPLORED)})")
+    group.add_argument("--cpus-per-member", type=float, metavar="C",
+                       help="CPUs Ray reserves for each member (default: its workers + 1; 1 with --backend serial)")
+    group.add_argument("--max-retries", type=int, default=1, metavar="N",
+                       help="run a member's segment again, from its checkpoint, when its process dies (default: 1)")
+    group.add_argument("--resume", metavar="FOLDER", help="go on with a stopped population (its folder)")
+    args = parser.parse_args(argv)
+    try:
+        population, address = plan(args)
+    except (ConfigError, PbtError) as e:
+        fail(str(e))
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    return run(population, address)
+
+
+__all__ = ["COLUMNS", "main"]

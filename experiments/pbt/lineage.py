@@ -1,0 +1,66 @@
+"""The population's lineage: one row per exploit/explore (who copied whom, at which update, with
+which values), as lineage.csv, and drawn beside the members' scores as lineage.png."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from experiments.run.updates_csv import read_updates
+
+COLUMNS = ("update", "member", "copied_from", "changes")
+
+
+def append_rows(path: Path, rows: list[dict[str, object]]) -> None:
+    """Append `rows`, made durable before the population counts their generation as done."""
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+        f.flush()
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def plot(path: Path, lineage: list[dict[str, str]], run_dirs: list[Path]) -> None:
+    """Each member's score_mean_100 and learning rate against its updates (from updates.csv), an
+    arrow from donor to member at each exploit."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    curves: dict[int, dict[int, float]] = {}
+    for member, run_dir in enumerate(run_dirs):
+        updates_csv = run_dir / "updates.csv"
+        rows = read_updates(updates_csv) if updates_csv.exists() else []
+        colour = f"C{member % 10}"
+        xs = [int(r["update"] or 0) for r in rows]
+        scores = [r["score_mean_100"] for r in rows]
+        curves[member] = {x: s for x, s in zip(xs, scores, strict=True) if s is not None}
+        top.plot(xs, [float("nan") if s is None else s for s in scores], color=colour, label=f"member {member}")
+        bottom.plot(xs, [r["learning_rate"] for r in rows], color=colour)
+    for row in lineage:
+        update, member, donor = int(row["update"]), int(row["member"]), row["copied_from"]
+        if not donor:
+            continue
+        start, end = curves.get(int(donor), {}).get(update), curves.get(member, {}).get(update)
+        top.axvline(update, color="0.85", linewidth=0.8, zorder=0)
+        if start is not None and end is not None:
+            top.annotate("", (update, end), (update, start), arrowprops={"arrowstyle": "->", "color": f"C{member % 10}"})
+    top.set_ylabel("score_mean_100")
+    top.set_title(f"population of {len(run_dirs)}: exploits at the grey lines (arrow: donor → member)")
+    top.legend(loc="upper left", fontsize="small")
+    bottom.set_ylabel("learning rate used")
+    bottom.set_xlabel("update")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

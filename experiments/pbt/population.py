@@ -1,0 +1,166 @@
+"""A population's state on disk, its private dashboard, and its members' segments on Ray.
+
+The population's folder holds `population.json` (the members, the settings, the generations done),
+`lineage.csv`, `lineage.png` and, unless `--dashboard` names one, `dashboard/`: the data of the
+dashboard this command starts for the members' live channel, kept so that changes still queued
+there reach the members when the population is resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.run.folders import find_run, running_pid
+from experiments.sweep import run_trial
+
+STATE = "population.json"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Population:
+    folder: str
+    interval: int
+    explore: list[str]
+    last_update: int
+    batch_size: int
+    fixed: dict[str, Any]  # the training options every member shares
+    members: list[dict[str, Any]]  # {"run_uuid", "seed"}
+    cpus_per_member: float
+    max_retries: int
+    private_dashboard: bool
+    generation: int = 0  # exploit/explore rounds done
+    stopped: list[str] = field(default_factory=list)  # why a session ended early, for the record
+
+    @property
+    def path(self) -> Path:
+        return Path(self.folder)
+
+    def save(self) -> None:
+        staged = self.path / f".{STATE}.next"
+        staged.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(staged, self.path / STATE)  # whole or not at all: a resume reads one or the other
+
+    @classmethod
+    def load(cls, folder: Path) -> Population:
+        return cls(**{**json.loads((folder / STATE).read_text()), "folder": str(folder.resolve())})
+
+    def targets(self) -> list[int]:
+        """The update each generation's segment ends at: every `interval`, and the last one."""
+        return [*range(self.interval, self.last_update, self.interval), self.last_update]
+
+    def run_dir(self, member: int) -> Path | None:
+        return find_run(Path(self.fixed["data_dir"]), self.members[member]["run_uuid"])
+
+    def summary(self, member: int) -> dict[str, Any]:
+        run_dir = self.run_dir(member)
+        try:
+            return dict(json.loads((run_dir / "summary.json").read_text())) if run_dir else {}
+        except (OSError, ValueError):
+            return {}
+
+
+def run_member(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
+    """One member's segment (a Ray task in a fresh process): resume the run, or start it, until
+    `stop_after_env_steps`. The process of its previous segment may still be exiting after it
+    returned; the run is resumed once that process has let go of it."""
+    run_dir = find_run(Path(overrides["data_dir"]), run_uuid)
+    while run_dir is not None and running_pid(run_dir) not in (None, os.getpid()):
+        time.sleep(0.05)  # the previous segment's process ends by itself
+    return run_trial(overrides, run_uuid)
+
+
+def run_segment(population: Population, target: int, log: Callable[[str], None]) -> dict[int, str | None]:
+    """Run every member to update `target` on Ray, in parallel; {member: why it failed, or None}.
+
+    Ctrl-C (KeyboardInterrupt here): each running member is asked to stop as a person's Ctrl-C
+    asks a run (ray.cancel without force raises SIGINT's handler in the member's process: it
+    finishes its update and checkpoints); a second Ctrl-C stops them at once.
+    """
+    import ray
+
+    task = ray.remote(max_calls=1)(run_member)  # a fresh process per segment: labml keeps global state
+    task = task.options(num_cpus=population.cpus_per_member, max_retries=population.max_retries, retry_exceptions=False)
+    running: dict[Any, int] = {}
+    failures: dict[int, str | None] = {}
+    for member, spec in enumerate(population.members):
+        summary = population.summary(member)
+        if summary.get("status") not in (None, "running") and summary.get("updates", 0) >= target:
+            failures[member] = None  # it got there before the population was stopped
+            continue
+        overrides = {**population.fixed, "seed": spec["seed"], "stop_after_env_steps": target * population.batch_size}
+        running[task.remote(overrides, spec["run_uuid"])] = member
+    try:
+        while running:
+            done, _ = ray.wait(list(running), num_returns=1)
+            member = running.pop(done[0])
+            try:
+                result = ray.get(done[0])
+                failures[member] = None if result["exit_code"] == 0 else f"{result['status']}: {result.get('error')}"
+            except ray.exceptions.RayError as e:  # it raised, or its process was lost more than max_retries times
+                failures[member] = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            log(f"  member {member}: {'at update ' + str(target) if failures[member] is None else 'failed: ' + str(failures[member])}")
+    except KeyboardInterrupt:
+        for ref in running:
+            ray.cancel(ref, force=False)
+        try:
+            ray.wait(list(running), num_returns=len(running))
+        except KeyboardInterrupt:
+            for ref in running:
+                ray.cancel(ref, force=True)
+        raise
+    return failures
+
+
+class PrivateDashboard:
+    """`python -m experiments.dashboard` on a free local port with its data in the population's
+    folder, in a session of its own (a Ctrl-C to the population must not stop the channel the
+    members checkpoint through); stopped with SIGTERM when the population ends."""
+
+    def __init__(self, data: Path, runs_dir: Path) -> None:
+        self.data, self.runs_dir = data, runs_dir
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def __enter__(self) -> PrivateDashboard:
+        try:
+            return self._start()
+        except BaseException:  # a Ctrl-C while it starts, too: never leave it running
+            self.__exit__()
+            raise
+
+    def _start(self) -> PrivateDashboard:
+        self.data.mkdir(parents=True, exist_ok=True)
+        log = self.data / "dashboard.log"
+        for _ in range(3):  # another program may take the free port first
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            with log.open("wb") as out:
+                self.process = subprocess.Popen([sys.executable, "-m", "experiments.dashboard", "--port", str(port),
+                                                 "--data", str(self.data), "--runs-dir", str(self.runs_dir)],
+                                                cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            while self.process.poll() is None and b"Dashboard running at" not in log.read_bytes():
+                time.sleep(0.05)
+            if self.process.poll() is None:
+                self.url = f"http://127.0.0.1:{port}"
+                return self
+        raise RuntimeError(f"the population's dashboard did not start: {log.read_text().strip().splitlines()[-1:]}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

@@ -1,0 +1,237 @@
+"""`python -m experiments.pbt`: a real population of 2 on a local Ray, stopped by a Ctrl-C to its
+process group in its first segment and resumed to the end; its input checks.
+
+One population (module fixture) serves every assertion: 2 members of 4 updates of 2 games × 16
+steps each, in the trainer's process (--backend serial), an exploit after update 2. No game ends
+that soon, so the ranking falls back to member order: member 0 is the best, member 1 copies it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from configs.ppo import live_value_problem
+from dashboard.client import get_hyperparams, set_hyperparams
+from experiments.pbt import main
+from experiments.pbt.cli import exploit_and_explore
+from experiments.pbt.explore import perturbed
+from experiments.pbt.population import Population
+from experiments.run.folders import find_run
+from game.vector.ray_actors import ray_installed
+from tests.conftest import REPO, Cli
+
+TINY = ["--worker-steps", "16", "--n-workers", "1", "--envs-per-worker", "2", "--backend", "serial",
+        "--total-env-steps", "128", "--epochs", "1", "--minibatches", "2"]  # 4 updates of 32 agent steps
+BY_HAND = {"entropy_coef": 0.02}  # what the "person" sends member 0 while the population runs
+
+
+def rows_of(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def changes_of(row: dict[str, str]) -> dict[str, float]:
+    return {name: float(value) for name, value in (pair.split("=") for pair in row["changes"].split())}
+
+
+def wait_for(condition: Any, process: subprocess.Popen[str], what: str, timeout_s: float = 600) -> Any:
+    """Until `condition()` is truthy (returned); fails at once if the population ends first."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert process.poll() is None, f"the population ended first ({what}):\n{process.communicate()[1][-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s} s"
+        time.sleep(0.05)
+    return value
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if not ray_installed():
+        pytest.skip('Ray is not installed (pip install -e ".[ray]")')
+    data = tmp_path_factory.mktemp("pbt") / "runs"
+    cli = Cli()
+    args = [sys.executable, "-m", "experiments.pbt", "--population", "2", "--interval", "2", *TINY, "--data-dir", str(data)]
+    # A session of its own, so that a signal to its process group is what a Ctrl-C in its terminal sends.
+    first = subprocess.Popen(args, cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        return run_population(first, data, cli)
+    finally:  # a failed wait above must not leave the population running
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate()
+
+
+def run_population(first: subprocess.Popen[str], data: Path, cli: Cli) -> dict[str, Any]:
+    state_file = wait_for(lambda: next(data.glob("breakout/pbt-*/population.json"), None), first, "population.json")
+    state = json.loads(state_file.read_text())
+    run_dirs = wait_for(lambda: all(d := [find_run(data, m["run_uuid"]) for m in state["members"]]) and d, first, "run folders")
+    # Both members are training (each has finished an update) when the Ctrl-C comes, and a person
+    # has queued a change for member 0 on the population's dashboard, as `experiments.tweak` does.
+    wait_for(lambda: all((d / "updates.csv").exists() and len(rows_of(d / "updates.csv")) >= 1 for d in run_dirs),
+             first, "a first update of each member")
+    url, member_0 = state["fixed"]["dashboard"], state["members"][0]["run_uuid"]
+    wait_for(lambda: get_hyperparams(url, member_0)["params"], first, "member 0's live hyperparameters on the dashboard")
+    set_hyperparams(url, member_0, BY_HAND)
+    os.killpg(first.pid, signal.SIGINT)
+    out, err = first.communicate(timeout=600)
+    interrupted = {"code": first.returncode, "stdout": out, "stderr": err, "leftovers": cli.leftovers(),
+                   "checkpoints": [(d / "checkpoints" / "checkpoint.pt").exists() for d in run_dirs]}
+    resumed = cli.run("experiments.pbt", "--resume", str(state_file.parent), timeout=600)
+    return {"interrupted": interrupted, "resumed": resumed, "leftovers": cli.leftovers(), "folder": state_file.parent,
+            "run_dirs": run_dirs, "members": state["members"]}
+
+
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ctrl_c_stops_every_member_with_a_checkpoint_and_leaves_nothing(population: dict[str, Any]) -> None:
+    first = population["interrupted"]
+    assert first["code"] == 130, first["stderr"][-3000:]
+    assert "go on with: python -m experiments.pbt --resume" in first["stderr"]
+    assert first["stdout"].strip().splitlines()[-1] == str(population["folder"] / "lineage.csv")
+    assert first["checkpoints"] == [True, True]
+    assert first["leftovers"] == []  # no Ray process, no member, no dashboard
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_resumed_population_ends_every_member_at_its_last_update(population: dict[str, Any]) -> None:
+    resumed = population["resumed"]
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stdout.strip().splitlines()[-1] == str(population["folder"] / "lineage.csv")
+    for run_dir in population["run_dirs"]:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert (summary["status"], summary["updates"], summary["env_steps"]) == ("completed", 4, 128)
+        # Each update once, in order: the interrupted segment went on from its checkpoint.
+        assert [int(r["update"]) for r in rows_of(run_dir / "updates.csv")] == [1, 2, 3, 4]
+    assert json.loads((population["folder"] / "population.json").read_text())["generation"] == 2
+    assert (population["folder"] / "lineage.png").read_bytes()[:4] == b"\x89PNG"
+    assert population["leftovers"] == []
+
+
+def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
+    return [torch.load(p, map_location="cpu", weights_only=False) for p in sorted((run_dir / "checkpoints").glob("checkpoint*.pt"))]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_member_1_copies_member_0s_learner_and_keeps_its_own_games(population: dict[str, Any]) -> None:
+    lineage = rows_of(population["folder"] / "lineage.csv")
+    assert [(r["update"], r["member"], r["copied_from"]) for r in lineage] == [("2", "1", "0")]
+    donor = next(c for c in checkpoints(population["run_dirs"][0]) if c["update"] == 2)
+    at_2 = [c for c in checkpoints(population["run_dirs"][1]) if c["update"] == 2]
+    copied = [c for c in at_2 if all(torch.equal(v, donor["model"][k]) for k, v in c["model"].items())]
+    own = [c for c in at_2 if not any(c is x for x in copied)]
+    assert len(copied) == 1 and len(own) == 1, "member 1 keeps its own update-2 checkpoint and the copy"
+    assert copied[0]["optimizer"]["state"][0]["step"] == donor["optimizer"]["state"][0]["step"]
+    assert torch.equal(copied[0]["optimizer"]["state"][0]["exp_avg"], donor["optimizer"]["state"][0]["exp_avg"])
+    for key in ("env_states", "shuffle_rng", "sample_generator", "games", "scores"):  # its own games and random streams
+        assert repr(copied[0][key]) == repr(own[0][key]), key
+    assert repr(copied[0]["env_states"]) != repr(donor["env_states"])
+    # Its live values: its own, but for the explored ones, the donor's perturbed (the lineage's changes).
+    assert copied[0]["live_values"] == pytest.approx({**own[0]["live_values"], **changes_of(lineage[0])})
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_explore_goes_through_the_live_channel_within_the_ranges(population: dict[str, Any]) -> None:
+    (row,) = rows_of(population["folder"] / "lineage.csv")
+    changes = changes_of(row)
+    assert sorted(changes) == ["clip_range", "epochs", "learning_rate"]
+    # The population's own values (defaults, but --epochs 1) times 0.8 or 1.2; an integer moves by at
+    # least 1 and stays ≥ 1, so epochs 1 becomes 1 (× 0.8) or 2 (× 1.2).
+    assert changes["learning_rate"] in (pytest.approx(2.5e-4 * 0.8), pytest.approx(2.5e-4 * 1.2))
+    assert changes["clip_range"] in (pytest.approx(0.1 * 0.8), pytest.approx(0.1 * 1.2))
+    assert changes["epochs"] in (1, 2)
+    assert all(live_value_problem(name, value) is None for name, value in changes.items())
+    # Delivered by the dashboard, as a person's change is, and used by member 1 from then on: its
+    # updates.csv shows the new bases annealed over 4 updates (update u uses base × (1 − (u − 1)/4)).
+    store = json.loads((population["folder"] / "dashboard" / "hyperparams.json").read_text())
+    member_1, member_0 = (store[m["run_uuid"]] for m in reversed(population["members"]))
+    assert member_1["pending"] == {} and member_1["delivered"] == pytest.approx(changes)
+    old = {"learning_rate": 2.5e-4, "clip_range": 0.1, "epochs": 1}
+    used = []
+    for r in rows_of(population["run_dirs"][1] / "updates.csv"):
+        remaining = 1 - (int(r["update"]) - 1) / 4
+        bases = changes if float(r["learning_rate"]) == pytest.approx(changes["learning_rate"] * remaining) else old
+        assert float(r["learning_rate"]) == pytest.approx(bases["learning_rate"] * remaining)
+        assert float(r["clip_range"]) == pytest.approx(bases["clip_range"] * remaining)
+        assert float(r["epochs_done"]) == bases["epochs"]
+        used.append(bases is changes)
+    # Old values up to the exploit at update 2, the new ones from the next update on (they travel in
+    # the copied checkpoint too, so their first update does not depend on the channel's timing).
+    assert used == [False, False, True, True]
+    # The person's change reached member 0 through the same queue: the population leaves it alone.
+    assert member_0["pending"] == {} and member_0["delivered"] == BY_HAND
+    final_1 = next(c for c in checkpoints(population["run_dirs"][1]) if c["update"] == 4)
+    assert final_1["live_values"] == pytest.approx({**final_1["live_values"], **changes})
+
+
+@pytest.mark.parametrize(("values", "low", "high"), [
+    ({"learning_rate": 1e-2, "clip_range": 1.0, "epochs": 32}, {"learning_rate": 0.008, "clip_range": 0.8, "epochs": 26},
+     {"learning_rate": 1e-2, "clip_range": 1.0, "epochs": 32}),  # at the top of each range: × 1.2 stays there
+    ({"learning_rate": 0.0, "clip_range": 0.05, "epochs": 1}, {"learning_rate": 0.0, "clip_range": 0.04, "epochs": 1},
+     {"learning_rate": 0.0, "clip_range": 0.06, "epochs": 2}),  # an integer moves by at least 1, never below 1
+])
+def test_explore_stays_in_the_configs_ranges(values: dict[str, Any], low: dict[str, Any], high: dict[str, Any]) -> None:
+    seen = [perturbed(values, list(values), np.random.default_rng(seed)) for seed in range(40)]
+    for name in values:
+        assert {s[name] for s in seen} == {low[name], high[name]}, name  # both factors drawn, each clipped
+        assert all(live_value_problem(name, s[name]) is None for s in seen)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--population", "1", "--interval", "2"], "--population 1: expected an integer ≥ 2"),
+    (["--interval", "2"], "--population None: expected an integer ≥ 2"),
+    (["--population", "2", "--interval", "0"], "--interval 0: expected an integer ≥ 1"),
+    (["--population", "2", "--interval", "4"], "--interval 4: expected an integer from 1 to 3"),
+    (["--population", "2", "--interval", "2", "--explore", "gamma"], "--explore gamma: expected distinct live"),
+])
+def test_bad_population_or_interval_is_one_line_before_ray_starts(args: list[str], message: str, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, *TINY, "--data-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()  # nothing started, nothing written
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_member_that_failed_is_replaced_by_the_best(population: dict[str, Any]) -> None:
+    """Last in the file: it rewrites member 0's checkpoint. A member whose segment failed ranks last
+    whatever its score and takes the best one's learner (here the dashboard is gone: the values
+    are recorded as not delivered)."""
+    state = Population.load(population["folder"])
+    own = checkpoints(population["run_dirs"][0])
+    rows = exploit_and_explore(state, 4, {0: "crashed: NonFiniteLoss", 1: None})
+    assert [(r["update"], r["member"], r["copied_from"]) for r in rows] == [(4, 0, 1)]
+    assert "(not delivered: cannot reach the dashboard" in str(rows[0]["changes"])
+    newest = torch.load(population["run_dirs"][0] / "checkpoints" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    donor = next(c for c in checkpoints(population["run_dirs"][1]) if c["update"] == 4)
+    assert all(torch.equal(v, donor["model"][k]) for k, v in newest["model"].items())
+    assert repr(newest["env_states"]) == repr(next(c for c in own if c["update"] == 4)["env_states"])
+
+
+def test_version_and_help_name_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--version", "--help"):
+        with pytest.raises(SystemExit) as exit_:
+            main([flag], prog="breakout-ppo pbt")
+        assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("breakout-ppo ") and "usage: breakout-ppo pbt [-h]" in out and "--population N" in out
