@@ -17,6 +17,8 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from dashboard.labml_client import split_credentials
+
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:5005"
 
 Number = int | float
@@ -73,7 +75,7 @@ def finish_app_tracking(timeout_s: float = 30.0) -> bool:
     if not stuck:
         return True
     released = all([_abandon(t) for t in stuck])
-    url = getattr(stuck[0], "url", "?").split("?")[0]
+    url = split_credentials(getattr(stuck[0], "url", "?").split("?")[0])[0]
     note = "" if released else " (this Python cannot skip it at exit; exit may wait for its retries)"
     print(f"warning: the labml dashboard ({url}) did not take the last updates within {timeout_s:g} s; "
           f"giving up on them{note}", file=sys.stderr, flush=True)
