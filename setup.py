@@ -18,7 +18,8 @@ setup(
     # One console command beside `python -m experiments.<module>`: `breakout-ppo train|evaluate|…`.
     entry_points={"console_scripts": ["breakout-ppo = experiments.commands:main"]},
     install_requires=[
-        # torch is installed first, pinned, by the README's set-up (the CPU build); any 2.x works.
+        # torch is installed first, pinned, by the README's set-up (the build its index serves: CUDA
+        # from PyPI on Linux, CPU from PyTorch's CPU index); any 2.x works.
         "torch>=2.1",
         "gymnasium[atari]>=1.0",
         "ale-py>=0.10",
@@ -37,7 +38,8 @@ setup(
         "tqdm>=4.66",
     ],
     extras_require={
-        "dev": ["pytest>=8", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10"],
+        # mkdocs builds the documentation site (mkdocs.yml; CI runs `mkdocs build --strict`).
+        "dev": ["pytest>=8", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10", "mkdocs>=1.6"],
         # Env workers as Ray actors and sweeps on a cluster (--backend ray, experiments.sweep).
         "ray": ["ray>=2.9"],
         # The peer in learning curves: SB3's PPO with the rl-zoo Atari settings (experiments.curves --peer sb3).
