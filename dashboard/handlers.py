@@ -20,8 +20,12 @@ from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, 
 from dashboard.hyperparams import (
     HyperParamError,
     HyperParamStore,
+    change_refusal,
     check_declarations,
     dynamic_specs,
+    ended,
+    is_run_itself,
+    param_state,
     reported_values,
     validate_changes,
 )
@@ -91,9 +95,11 @@ class DashboardHandlers:
         request._json = body
         res: dict[str, Any] = await handlers._update_run(request, labml_token, version, run_uuid, rank,
                                                          world_size, main_rank)
+        # labml-app answers with its own record of live values; only the run itself gets ours.
+        res["dynamic"] = {}
         if not res.get("errors"):
             self.usage.record(stored_uuid, charged, new_series)
-            if rank == main_rank:
+            if is_run_itself(run_uuid, stored_uuid, rank, main_rank):
                 await self._after_update(request, run_uuid, packets, res, first_configs)
         await asyncio.sleep(TRACK_THROTTLE_S)
         return res
@@ -126,20 +132,19 @@ class DashboardHandlers:
             r.selected_configs = initial_selected_configs(r.configs)
             r.save()
         self.hp_store.set_reported(run_uuid, reported_values(packets))
-        # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
-        res["dynamic"] = self.hp_store.take_pending(run_uuid)
+        if ended(packets):
+            self.hp_store.drop_pending(run_uuid)  # nothing will take them: a resume starts a new leg
+        else:
+            # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
+            res["dynamic"] = self.hp_store.take_pending(run_uuid)
 
     async def get_hyperparams(self, request: Request, run_uuid: str) -> dict[str, Any]:
         r = self._get_run(run_uuid)
         state = self.hp_store.get(run_uuid)
-        params = {}
-        for key, spec in sorted(dynamic_specs(r.configs).items()):
-            params[key] = {**spec.to_json(),
-                           # the last value the dashboard sent, else the run's default
-                           "current": state["delivered"].get(key, spec.default),
-                           "pending": state["pending"].get(key),
-                           "reported": state["reported"].get(key)}
-        return {"run_uuid": run_uuid, "name": r.name, "params": params}
+        params = {key: param_state(spec, state) for key, spec in sorted(dynamic_specs(r.configs).items())}
+        status = run_status(r)
+        return {"run_uuid": run_uuid, "name": r.name, "status": status, "params": params,
+                "refusal": change_refusal(run_uuid, status)}
 
     async def set_hyperparams(self, request: Request, run_uuid: str) -> dict[str, Any]:
         # Requiring a JSON content type makes cross-site forms preflight (and fail CORS).
@@ -150,6 +155,9 @@ class DashboardHandlers:
             accepted = validate_changes(dynamic_specs(r.configs), json_body(request))
         except HyperParamError as e:
             raise BadRequest(422, str(e)) from None
+        refusal = change_refusal(run_uuid, run_status(r))
+        if refusal is not None:
+            raise BadRequest(409, refusal)
         return {"run_uuid": run_uuid, "pending": self.hp_store.add_pending(run_uuid, accepted)}
 
     async def hyperparams_page(self, request: Request, run_uuid: str) -> Response:
@@ -191,3 +199,8 @@ class DashboardHandlers:
         if r is None:
             raise BadRequest(404, f"unknown run {run_uuid}")
         return r
+
+
+def run_status(r: Any) -> str:
+    """labml-app's status of a run as its pages show it ('in progress', 'completed', 'no response'...)."""
+    return str(r.status.load().get_true_status())

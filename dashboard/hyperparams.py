@@ -163,13 +163,66 @@ def reported_values(packets: Any) -> dict[str, Number]:
     return found
 
 
-class HyperParamStore:
-    """Pending, delivered and reported values per run, persisted as one JSON file.
+PARTS = ("pending", "sent", "delivered", "reported")
 
-    Pending changes survive a dashboard restart; they are handed out once, with the
-    run's next `/track` response, and then become the run's "delivered" values.
-    "Reported" values are what the run last tracked as `hp.<key>`, forgotten when a change of that
-    key is delivered (until the run reports again, the delivered value is the newer one).
+
+# labml-app's statuses of a run that may still send updates, and so take a change.
+RUNNING = ("in progress", "no response")
+
+
+def is_run_itself(run_uuid: str, stored_uuid: str, rank: int, main_rank: int) -> bool:
+    """Whether a `/track` request speaks for the run that applies its live values: the main
+    rank's record. Anything claiming another rank (filed by labml-app as "<uuid>_<rank>") or
+    naming itself the main rank while not rank 0 neither receives nor consumes the run's changes."""
+    return stored_uuid == run_uuid and rank == main_rank == 0
+
+
+def ended(packets: list[dict[str, Any]]) -> bool:
+    """Whether these packets report the run's end (labml sends its status only then)."""
+    return any(isinstance(p.get("status"), dict) and p["status"].get("status") not in (None, *RUNNING)
+               for p in packets)
+
+
+def change_refusal(run_uuid: str, status: str) -> str | None:
+    """Why a run cannot take a live change now, or None when it can."""
+    if status in RUNNING:
+        return None
+    return (f"run {run_uuid} is {status}: a live change reaches only a running run; resume it with "
+            f"--dashboard and change it while it runs")
+
+
+def as_declared(spec: DynamicParamSpec, value: Number | None) -> Number | None:
+    """A reported value in its declared type: labml reports every value as a float (4.0 epochs)."""
+    if value is not None and spec.dynamic_type == "int" and float(value).is_integer():
+        return int(value)
+    return value
+
+
+def param_state(spec: DynamicParamSpec, state: Mapping[str, Mapping[str, Number]]) -> dict[str, Any]:
+    """One live hyperparameter as the API answers it: `applied` is what the run last reported
+    using (None before its first report), `current` that or else its declared starting value,
+    `sent` a change handed to the run that it has not reported using yet, `pending` one queued."""
+    key = spec.key
+    applied = as_declared(spec, state["reported"].get(key))
+    return {**spec.to_json(), "applied": applied, "current": spec.default if applied is None else applied,
+            "reported": applied, "sent": state["sent"].get(key), "pending": state["pending"].get(key)}
+
+
+def same_value(sent: Number, reported: Number) -> bool:
+    """Whether a report shows the run using a sent value: labml reports a value through float
+    arithmetic (a mean of the steps in one send), so equal to within rounding."""
+    return math.isclose(sent, reported, rel_tol=1e-6, abs_tol=1e-12)
+
+
+class HyperParamStore:
+    """What the dashboard knows of each run's live values, persisted as one JSON file.
+
+    - "pending": changes queued for the run; they survive a dashboard restart and are handed out
+      once, with the run's next `/track` response (`take_pending`);
+    - "sent": changes handed out that the run has not yet reported using; a change is applied
+      only once the run tracks it as `hp.<key>` (`set_reported` moves it out of here);
+    - "delivered": the last value handed out per key (what a population's tools read back);
+    - "reported": what the run last tracked as `hp.<key>`: the values it trains with.
     """
 
     def __init__(self, path: Path) -> None:
@@ -185,7 +238,7 @@ class HyperParamStore:
 
     def _run(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         entry = self._runs.setdefault(run_uuid, {})
-        for part in ("pending", "delivered", "reported"):
+        for part in PARTS:
             entry.setdefault(part, {})
         return entry
 
@@ -202,21 +255,36 @@ class HyperParamStore:
                 return {}
             pending = entry["pending"]
             entry["delivered"].update(pending)
+            entry["sent"].update(pending)
             entry["pending"] = {}
-            # What the run reported of these was before the change: its next report replaces it.
-            for key in pending:
-                entry["reported"].pop(key, None)
             self._save()
             return pending
 
-    def set_reported(self, run_uuid: str, values: Mapping[str, Number]) -> None:
+    def drop_pending(self, run_uuid: str) -> dict[str, Number]:
+        """Forget the changes queued for a run that has ended (they can no longer reach it)."""
         with self._lock:
-            reported = self._run(run_uuid)["reported"]
-            if any(reported.get(k) != v for k, v in values.items()):
+            entry = self._runs.get(run_uuid)
+            if not entry or not entry.get("pending"):
+                return {}
+            dropped, entry["pending"] = entry["pending"], {}
+            self._save()
+            return dropped
+
+    def set_reported(self, run_uuid: str, values: Mapping[str, Number]) -> None:
+        """The values the run tracked; a sent change it now reports using is applied. A report of
+        another value leaves it sent: labml may still be delivering what the run tracked before
+        it received the change."""
+        with self._lock:
+            entry = self._run(run_uuid)
+            reported, sent = entry["reported"], entry["sent"]
+            confirmed = [k for k, v in values.items() if k in sent and same_value(sent[k], v)]
+            if confirmed or any(reported.get(k) != v for k, v in values.items()):
                 reported.update(values)
+                for key in confirmed:
+                    del sent[key]
                 self._save()
 
     def get(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         with self._lock:
             entry = self._runs.get(run_uuid, {})
-            return {part: dict(entry.get(part, {})) for part in ("pending", "delivered", "reported")}
+            return {part: dict(entry.get(part, {})) for part in PARTS}

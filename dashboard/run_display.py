@@ -6,7 +6,8 @@ labml-app's stock choices fit a generic experiment, not this one:
 - its Configurations card lists only configs a user has ticked ("Default configurations"
   otherwise): here it starts with the ones the run set explicitly and its live hyperparameters;
 - it shows a live hyperparameter as its declaration (`type: DynamicSchedule, default: …`):
-  here as the value the run reported last (else the one last sent, else its starting value);
+  here as the value the run reported using last (else its starting value), and a change not yet
+  applied as sent or pending, never as the run's value;
 - its runs list shows name, comment and status only: here also a short uuid, the step and the
   latest score.
 `labml_app_patches.present_runs` hooks these into the app; nothing here changes what is stored
@@ -58,18 +59,20 @@ def initial_selected_configs(configs: Mapping[str, Any]) -> list[str]:
                   if isinstance(c, dict) and (c.get("is_explicitly_specified") is True or c.get("name", key) in live))
 
 
-def live_value(default: Number, state: Mapping[str, Mapping[str, Number]], key: str) -> Number:
-    """What a live hyperparameter is now: the run's last report of it, else the dashboard's
-    last delivered change, else the value the run started with."""
-    for part in ("reported", "delivered"):
-        if key in state.get(part, {}):
-            return state[part][key]
-    return default
+def live_text(default: Number, state: Mapping[str, Mapping[str, Number]], key: str) -> str:
+    """A live hyperparameter as the Configurations card shows it: the value the run last reported
+    using (else the one it started with), then a change handed to it that it has not reported
+    using yet, then one still queued: `0.01 (live; 0.02 sent, not applied yet)`."""
+    now = state.get("reported", {}).get(key, default)
+    notes = [f"{state[part][key]:g} {label}" for part, label in (("sent", "sent, not applied yet"),
+                                                                  ("pending", "pending"))
+             if key in state.get(part, {})]
+    return f"{now:g} (live{'; ' if notes else ''}{'; '.join(notes)})"
 
 
 def with_live_values(run_data: dict[str, Any], state: Mapping[str, Mapping[str, Number]]) -> dict[str, Any]:
     """labml-app's run data (`Run.get_data`) with each live hyperparameter's `computed` (what the
-    Configurations card shows) its current value, marked live; its `value` stays the declaration."""
+    Configurations card shows) as `live_text`; its `value` stays the declaration."""
     configs = run_data.get("configs")
     if not isinstance(configs, list):
         return run_data
@@ -78,8 +81,7 @@ def with_live_values(run_data: dict[str, Any], state: Mapping[str, Mapping[str, 
     for c in configs:
         spec = specs.get(str(c.get("name", c.get("key")))) if isinstance(c, dict) else None
         if spec is not None:
-            now = live_value(spec.default, state, spec.key)
-            c = {**c, "computed": f"{now:g} (live)"}  # `value` keeps the declaration
+            c = {**c, "computed": live_text(spec.default, state, spec.key)}  # `value` keeps the declaration
         shown.append(c)
     return {**run_data, "configs": shown}
 

@@ -3,13 +3,15 @@
     python -m experiments.tweak RUN_UUID learning_rate=1e-4 epochs=3 [--dashboard URL]
     python -m experiments.tweak RUN_UUID            # list them
 
-The run receives the new values with its next update to the dashboard.
+The run receives the new values with its next update to the dashboard; a run that is not
+running (completed, interrupted, crashed) takes none: the change is refused.
 """
 
 from __future__ import annotations
 
 import sys
 import urllib.parse
+from typing import Any
 
 from configs.cli import OneLineParser, docstring_help
 from dashboard.client import DEFAULT_DASHBOARD_URL, DashboardError, get_hyperparams, set_hyperparams
@@ -34,6 +36,17 @@ def parse_assignment(text: str) -> tuple[str, Number]:
     if value != value or value in (float("inf"), float("-inf")):
         raise ValueError(f"{text!r}: expected a finite number")
     return key, value
+
+
+def listing_line(key: str, p: dict[str, Any]) -> str:
+    """`epochs = 4  int in [1, 16]  (sent, not applied yet: 6)`: the value the run reports using
+    (or its starting value, said so, before its first report) and any change on its way."""
+    notes = "" if p.get("applied") is not None else "  (its starting value: the run has not reported it yet)"
+    if p.get("sent") is not None:
+        notes += f'  (sent, not applied yet: {p["sent"]})'
+    if p.get("pending") is not None:
+        notes += f'  (pending: {p["pending"]})'
+    return f'{key} = {p["current"]}  {p["type"]} in [{p["range"][0]}, {p["range"][1]}]{notes}'
 
 
 PROG = "python -m experiments.tweak"
@@ -63,12 +76,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         if not changes:
             info = get_hyperparams(args.dashboard, args.run_uuid)
             for key, p in info["params"].items():
-                notes = "" if p["pending"] is None else f'  (pending: {p["pending"]})'
-                if p.get("reported") is not None:
-                    notes += f'  (run reports {p["reported"]})'
-                print(f'{key} = {p["current"]}  {p["type"]} in [{p["range"][0]}, {p["range"][1]}]{notes}')
+                print(listing_line(key, p))
             if not info["params"]:
                 print(f"run {args.run_uuid} has no dynamic hyperparameters")
+            if info.get("refusal"):
+                print(f'changes: refused, {info["refusal"]}')
             return 0
         pending = set_hyperparams(args.dashboard, args.run_uuid, changes)
     except DashboardError as e:

@@ -25,6 +25,13 @@ function render(data) {
     const drafts = {};
     for (const input of tbody.querySelectorAll('input')) drafts[input.name] = input.value;
     tbody.replaceChildren();
+    // A run that is not running takes no change: the button is off and says why.
+    const refusal = document.getElementById('refusal');
+    const apply = document.getElementById('apply');
+    apply.disabled = data.refusal !== null;
+    apply.title = data.refusal || '';
+    refusal.hidden = data.refusal === null;
+    refusal.textContent = data.refusal ? `Changes are off: ${data.refusal}.` : '';
     const names = Object.keys(data.params);
     if (names.length === 0) {
         const tr = document.createElement('tr');
@@ -37,8 +44,9 @@ function render(data) {
         tr.appendChild(cell(name));
         tr.appendChild(cell(p.type));
         tr.appendChild(cell(`[${p.range[0]}, ${p.range[1]}]`, 'num'));
-        tr.appendChild(cell(String(p.current), 'num'));
-        tr.appendChild(cell(p.reported === null ? '' : String(p.reported), 'num'));
+        // Applied is what the run reported training with; before its first report, its starting value.
+        tr.appendChild(cell(p.applied === null ? `${p.current} (start)` : String(p.applied), 'num'));
+        tr.appendChild(cell(p.sent === null ? '' : String(p.sent), 'num'));
         tr.appendChild(cell(p.pending === null ? '' : String(p.pending), 'num'));
         const td = document.createElement('td');
         const input = document.createElement('input');
@@ -48,6 +56,7 @@ function render(data) {
         input.inputMode = 'decimal';
         input.placeholder = String(p.current);
         input.value = drafts[name] || '';
+        input.disabled = data.refusal !== null;
         td.appendChild(input);
         tr.appendChild(td);
         tbody.appendChild(tr);

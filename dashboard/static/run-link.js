@@ -1,21 +1,41 @@
-// Added to labml-app's page: a link from each run page to its live-hyperparameter page, the
-// runs list's scores written as scores, and a notice when the front-end libraries could not be
-// fetched for offline use.
+// Added to labml-app's page: a link from each run page to its live-hyperparameter page (off, with
+// the reason, for a run that is not running), the runs list's scores written as scores, labml's
+// stock surfaces that do not apply to this dashboard replaced or removed, and a notice when the
+// front-end libraries could not be fetched for offline use.
 'use strict';
 
 (function () {
+    const ORANGE = '#e86c1d';
     const link = document.createElement('a');
     link.id = 'dashboard-hyperparams-link';
     link.textContent = 'Live hyperparameters';
     link.style.cssText = 'position:fixed;right:1rem;bottom:1rem;z-index:10000;padding:.45rem .9rem;' +
-        'background:#e86c1d;color:#fff;border-radius:1rem;font:14px system-ui,sans-serif;' +
+        `background:${ORANGE};color:#fff;border-radius:1rem;font:14px system-ui,sans-serif;` +
         'text-decoration:none;box-shadow:0 1px 4px rgba(0,0,0,.3);display:none';
+    let askedRun = null;
+    let askedAt = 0;
+
+    async function askRefusal(run) {
+        // The page stays reachable (it lists the values); only changes are off.
+        askedRun = run;
+        askedAt = Date.now();
+        const response = await fetch(`/api/v1/hyperparams/${run}`);
+        if (!response.ok || askedRun !== run) return;
+        const refusal = (await response.json()).refusal;
+        link.textContent = refusal ? 'Live hyperparameters: off' : 'Live hyperparameters';
+        link.title = refusal || 'change this run\'s live hyperparameters';
+        link.dataset.off = refusal ? 'yes' : '';
+        link.style.background = refusal ? '#6c757d' : ORANGE;
+    }
 
     function update() {
         // The app is a single-page app, so the path changes without a page load.
         const match = location.pathname.match(/^\/run\/([0-9A-Za-z_-]+)/);
         link.style.display = match ? 'block' : 'none';
-        if (match) link.href = `/hyperparams/${match[1]}`;
+        if (match) {
+            link.href = `/hyperparams/${match[1]}`;
+            if (askedRun !== match[1] || Date.now() - askedAt > 5000) askRefusal(match[1]).catch(() => {});
+        }
         if (!link.isConnected && document.body) document.body.appendChild(link);
     }
 
@@ -30,6 +50,49 @@
         }
     }
 
+    function howToSendARun() {
+        // labml's empty runs list shows PyTorch/Keras snippets for its hosted app; here a run is
+        // sent with --dashboard.
+        for (const heading of document.querySelectorAll('h5')) {
+            if (heading.textContent !== 'You will see your runs here') continue;
+            const block = heading.parentElement && heading.parentElement.parentElement;
+            if (!block || block.dataset.dashboardHowTo) continue;
+            block.dataset.dashboardHowTo = 'yes';
+            const origin = location.origin;
+            const lines = [
+                ['h5', 'mt-4 px-1', 'No runs here yet'],
+                ['p', 'px-1', 'Send a training run to this dashboard with --dashboard:'],
+                ['pre', 'dashboard-command', `python -m experiments.breakout --dashboard ${origin}`],
+                ['p', 'px-1', 'A run started without it can join later, history included:'],
+                ['pre', 'dashboard-command', `python -m experiments.breakout --resume RUN_UUID --dashboard ${origin}`],
+            ];
+            block.replaceChildren(...lines.map(([tag, cls, text]) => {
+                const el = document.createElement(tag);
+                el.className = cls;
+                el.textContent = text;
+                return el;
+            }));
+            block.classList.add('text-center', 'dashboard-how-to');
+        }
+    }
+
+    function dropStockEntries() {
+        // labml's computer monitoring is not served, and a local dashboard has no accounts;
+        // comparing two runs' series is not offered (the learning-curve command compares seeds).
+        for (const button of document.querySelectorAll('.nav-link, .nav-item, a, button')) {
+            const text = button.textContent.trim();
+            if ((text === 'Computers' || text === 'Sign out') && button.style.display !== 'none') {
+                button.style.display = 'none';
+            }
+        }
+        for (const card of document.querySelectorAll('.labml-card')) {
+            const header = card.querySelector('.header');
+            const comparison = (header && header.textContent.trim().toLowerCase() === 'comparison') ||
+                card.textContent.includes('compare with another experiment');
+            if (comparison && card.style.display !== 'none') card.style.display = 'none';
+        }
+    }
+
     const errors = window.DASHBOARD_ASSET_ERRORS || [];
     if (errors.length > 0) {
         const note = document.createElement('div');
@@ -40,9 +103,14 @@
             'so this page needs internet access for them: ' + errors.join('; ');
         document.body.appendChild(note);
     }
-    update();
-    setInterval(() => {
+
+    function tick() {
         update();
         plainScores();
-    }, 500);
+        howToSendARun();
+        dropStockEntries();
+    }
+
+    tick();
+    setInterval(tick, 500);
 }());

@@ -10,7 +10,8 @@ import pytest
 from browser import CHROMIUM, Browser
 from dashboard_support import Dashboard
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")]
 
 # Set to copy the run page's screenshot somewhere (e.g. for the README).
 SCREENSHOT_ENV = "DASHBOARD_SCREENSHOT"
@@ -39,20 +40,29 @@ def test_run_page_renders_with_local_libraries(dashboard: Dashboard, finished_ru
         shutil.copy(screenshot, os.environ[SCREENSHOT_ENV])
 
 
-def test_hyperparameter_page_lists_the_live_values(dashboard: Dashboard, finished_run: str, tmp_path: Path,
-                                                   no_leftover_processes: None) -> None:
+def test_hyperparameter_page_lists_the_live_values_and_is_off_for_an_ended_run(
+        dashboard: Dashboard, finished_run: str, tmp_path: Path, no_leftover_processes: None) -> None:
     with Browser(tmp_path / "chromium-profile", height=700) as browser:
         browser.load(f"{dashboard.url}/hyperparams/{finished_run}")
         listed = browser.wait_until("document.querySelectorAll('#params input').length === 5", PAGE_LIMIT_S)
         names = browser.evaluate("[...document.querySelectorAll('#params input')].map(i => i.name).join(',')")
-        # Submitting an out-of-range value shows the server's reason and queues nothing.
-        browser.evaluate("document.querySelector('input[name=learning_rate]').value = '0.5';"
-                         "document.getElementById('form').requestSubmit()")
-        refused = browser.wait_until("document.getElementById('message').className === 'error'", PAGE_LIMIT_S)
-        message = browser.evaluate("document.getElementById('message').textContent")
+        # The run has completed: Apply is off, and the page says why.
+        off = browser.evaluate("document.getElementById('apply').disabled")
+        why = browser.evaluate("document.getElementById('refusal').textContent")
+        epochs = browser.evaluate("[...document.querySelectorAll('#params tr')].find(r => r.cells[0].textContent"
+                                  " === 'epochs').cells[3].textContent")
         browser.screenshot(tmp_path / "hyperparams-page.png")
+        browser.load(f"{dashboard.url}/run/{finished_run}")
+        link_off = browser.wait_until("document.getElementById('dashboard-hyperparams-link') !== null && "
+                                      "document.getElementById('dashboard-hyperparams-link').dataset.off === 'yes'",
+                                      PAGE_LIMIT_S)
+        link = browser.evaluate("[document.getElementById('dashboard-hyperparams-link').textContent,"
+                                " document.getElementById('dashboard-hyperparams-link').title]")
     assert listed, "the hyperparameter page never listed the parameters"
     assert names == "clip_range,entropy_coef,epochs,learning_rate,value_coef"
-    assert refused and "outside the allowed range" in message
+    assert off and why == f"Changes are off: run {finished_run} is completed: a live change reaches only a running " \
+                          f"run; resume it with --dashboard and change it while it runs."
+    assert epochs == "4"  # what the run reported training with, an integer
+    assert link_off and link[0] == "Live hyperparameters: off" and "is completed" in link[1]
     _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{finished_run}")
     assert info["params"]["learning_rate"]["pending"] is None

@@ -44,7 +44,7 @@ def test_the_configurations_card_starts_with_the_set_and_the_live_options() -> N
     assert initial_selected_configs(CONFIGS) == ["learning_rate", "n_workers"]
 
 
-def test_a_live_value_shows_as_the_newest_the_dashboard_knows(tmp_path: Path) -> None:
+def test_a_live_value_shows_what_the_run_applied_and_a_change_on_its_way(tmp_path: Path) -> None:
     store = HyperParamStore(tmp_path / "hp.json")
     run = {"configs": [{"key": k, **c} for k, c in CONFIGS.items()]}
 
@@ -55,12 +55,13 @@ def test_a_live_value_shows_as_the_newest_the_dashboard_knows(tmp_path: Path) ->
     store.set_reported("r", {"learning_rate": 5e-4})
     assert shown() == "0.0005 (live)"
     store.add_pending("r", {"learning_rate": 1e-3})
-    assert shown() == "0.0005 (live)"  # queued, not delivered yet
+    assert shown() == "0.0005 (live; 0.001 pending)"  # queued, not delivered yet
     store.take_pending("r")
-    assert shown() == "0.001 (live)"  # delivered: the report from before it is outdated
-    assert store.get("r")["reported"] == {}
-    store.set_reported("r", {"learning_rate": 5e-4})  # e.g. the run refused it and kept its value
-    assert shown() == "0.0005 (live)"
+    assert shown() == "0.0005 (live; 0.001 sent, not applied yet)"  # delivered, not yet used
+    store.set_reported("r", {"learning_rate": 5e-4})  # a report from before the run received it
+    assert shown() == "0.0005 (live; 0.001 sent, not applied yet)"
+    store.set_reported("r", {"learning_rate": 1e-3})  # the run trains with it
+    assert shown() == "0.001 (live)"
 
 
 def test_a_runs_list_entry_has_a_short_uuid_the_step_and_the_latest_score() -> None:

@@ -22,8 +22,12 @@ from dashboard.hyperparams import (
     DynamicParamSpec,
     HyperParamError,
     HyperParamStore,
+    change_refusal,
     check_declarations,
     dynamic_specs,
+    ended,
+    is_run_itself,
+    param_state,
     reported_values,
     validate_changes,
 )
@@ -100,8 +104,59 @@ def test_pending_changes_are_delivered_once_and_persist(tmp_path: Path) -> None:
     assert HyperParamStore(path).get("run")["pending"] == {"learning_rate": 1e-3, "epochs": 3}  # reloaded
     assert store.take_pending("run") == {"learning_rate": 1e-3, "epochs": 3}
     assert store.take_pending("run") == {}
-    assert HyperParamStore(path).get("run") == {"pending": {}, "delivered": {"learning_rate": 1e-3, "epochs": 3},
-                                                 "reported": {}}
+    sent = {"learning_rate": 1e-3, "epochs": 3}
+    assert HyperParamStore(path).get("run") == {"pending": {}, "sent": sent, "delivered": sent, "reported": {}}
+
+
+def test_a_sent_change_is_applied_only_when_the_run_reports_using_it(tmp_path: Path) -> None:
+    store = HyperParamStore(tmp_path / "hp.json")
+    store.set_reported("run", {"epochs": 4.0})
+    store.add_pending("run", {"epochs": 6})
+    store.take_pending("run")
+    # labml still delivers what the run tracked before it received the change: not applied yet.
+    store.set_reported("run", {"epochs": 4.0})
+    assert store.get("run")["sent"] == {"epochs": 6} and store.get("run")["reported"] == {"epochs": 4.0}
+    store.set_reported("run", {"epochs": 6.0})  # labml reports every value as a float
+    assert store.get("run")["sent"] == {} and store.get("run")["reported"] == {"epochs": 6.0}
+    assert HyperParamStore(tmp_path / "hp.json").get("run")["sent"] == {}  # persisted
+
+
+def test_pending_changes_of_an_ended_run_are_dropped(tmp_path: Path) -> None:
+    store = HyperParamStore(tmp_path / "hp.json")
+    store.add_pending("run", {"epochs": 6})
+    assert store.drop_pending("run") == {"epochs": 6}
+    assert store.get("run")["pending"] == {} and store.take_pending("run") == {}
+    assert ended([{"status": {"status": "completed"}}]) and ended([{"status": {"status": "interrupted"}}])
+    assert not ended([{"status": {"status": "in progress"}}]) and not ended([{"track": {}}])
+
+
+@pytest.mark.parametrize(("status", "refused"), [("in progress", False), ("no response", False),
+                                                 ("completed", True), ("interrupted", True), ("crashed", True),
+                                                 ("unknown", True)])
+def test_only_a_running_run_takes_changes(status: str, refused: bool) -> None:
+    refusal = change_refusal("abc", status)
+    assert (refusal is not None) == refused
+    if refused:
+        assert refusal.startswith(f"run abc is {status}: a live change reaches only a running run")
+
+
+@pytest.mark.parametrize(("stored", "rank", "main_rank", "itself"), [
+    ("victim", 0, 0, True),  # labml's client of a one-process run
+    ("victim_1", 1, 1, False),  # the spoof: rank 1 of 2 claiming to be the main rank
+    ("victim", 1, 1, False),  # world_size 1 claiming rank 1 as the main rank
+    ("victim_1", 1, 0, False),  # a real second rank
+])
+def test_only_the_run_itself_takes_its_changes(stored: str, rank: int, main_rank: int, itself: bool) -> None:
+    assert is_run_itself("victim", stored, rank, main_rank) is itself
+
+
+def test_an_integer_parameter_is_reported_as_an_integer() -> None:
+    spec = DynamicParamSpec("epochs", "int", 4, 1, 16)
+    state = {"pending": {}, "sent": {"epochs": 6}, "delivered": {"epochs": 6}, "reported": {"epochs": 4.0}}
+    shown = param_state(spec, state)
+    assert shown["applied"] == 4 and isinstance(shown["applied"], int) and shown["sent"] == 6
+    assert param_state(spec, {**state, "reported": {}})["applied"] is None
+    assert param_state(spec, {**state, "reported": {}})["current"] == 4
 
 
 def test_reported_values_take_the_last_hp_value() -> None:

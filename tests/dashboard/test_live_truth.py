@@ -1,0 +1,98 @@
+"""Live changes tell the truth on a real dashboard: a change reaches only the run that applies it
+(never a request claiming another rank), shows as pending, then sent, and as applied only once
+the run reports training with it; a run that is not running takes none (API 409, tweak one line)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from dashboard_support import Dashboard, run_tool
+
+DECLARED = {"type": "DynamicSchedule", "default": 2.5e-4, "range": [0.0, 1e-2], "dynamic_type": "float"}
+EPOCHS = {"type": "DynamicSchedule", "default": 4, "range": [1, 16], "dynamic_type": "int"}
+
+
+def track(dashboard: Dashboard, run_uuid: str, packet: dict[str, Any], query: str = "") -> dict[str, Any]:
+    status, answer = dashboard.request(
+        "POST", f"/api/v1/default/track?run_uuid={run_uuid}&labml_version=0.5.3{query}", packet)
+    assert status == 200, answer
+    return answer
+
+
+def new_run(dashboard: Dashboard) -> str:
+    """A run as labml's client of a one-process run starts it: its configs with two live values."""
+    run_uuid = uuid.uuid4().hex
+    track(dashboard, run_uuid, {"name": "victim", "configs": {
+        "learning_rate": {"name": "learning_rate", "computed": DECLARED},
+        "epochs": {"name": "epochs", "computed": EPOCHS}}, "time": 1.0})
+    return run_uuid
+
+
+def reports(learning_rate: float, epochs: float, step: int) -> dict[str, Any]:
+    return {"track": {"hp.learning_rate": {"step": [step], "value": [learning_rate]},
+                      "hp.epochs": {"step": [step], "value": [epochs]}}, "time": 2.0}
+
+
+def shown(dashboard: Dashboard, run_uuid: str, key: str) -> str:
+    """What the run page's Configurations card shows for `key`."""
+    _status, run = dashboard.request("GET", f"/api/v1/run/{run_uuid}")
+    return next(c["computed"] for c in run["configs"] if c["key"] == key)
+
+
+@pytest.mark.parametrize("spoof", ["&rank=1&world_size=2&main_rank=1", "&rank=1&world_size=1&main_rank=1",
+                                   "&rank=1&world_size=2&main_rank=0"])
+def test_a_request_claiming_another_rank_neither_receives_nor_consumes_changes(dashboard: Dashboard,
+                                                                                spoof: str) -> None:
+    victim = new_run(dashboard)
+    status, _ = dashboard.request("POST", f"/api/v1/hyperparams/{victim}", {"learning_rate": 5e-4})
+    assert status == 200
+    answer = track(dashboard, victim, {"track": {}, "time": 2.0}, spoof)
+    assert answer["dynamic"] == {}
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{victim}")
+    assert info["params"]["learning_rate"]["pending"] == 5e-4 and info["params"]["learning_rate"]["sent"] is None
+    assert shown(dashboard, victim, "learning_rate") == "0.00025 (live; 0.0005 pending)"
+    # The run itself (rank 0 of a one-process run, as labml sends it) gets it.
+    assert track(dashboard, victim, {"track": {}, "time": 3.0}, "&rank=0&world_size=1&main_rank=0")["dynamic"] == {
+        "learning_rate": 5e-4}
+
+
+def test_a_change_shows_as_pending_then_sent_then_applied_when_the_run_reports_it(dashboard: Dashboard) -> None:
+    run_uuid = new_run(dashboard)
+    track(dashboard, run_uuid, reports(2.5e-4, 4.0, 1))
+    assert shown(dashboard, run_uuid, "epochs") == "4 (live)"
+    status, _ = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"epochs": 6})
+    assert status == 200
+    assert shown(dashboard, run_uuid, "epochs") == "4 (live; 6 pending)"
+    assert track(dashboard, run_uuid, reports(2.5e-4, 4.0, 2))["dynamic"] == {"epochs": 6}
+    assert shown(dashboard, run_uuid, "epochs") == "4 (live; 6 sent, not applied yet)"
+    # labml delivers what the run tracked before the change arrived: still not applied.
+    track(dashboard, run_uuid, reports(2.5e-4, 4.0, 3))
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert info["params"]["epochs"] | {"range": None} == {
+        "type": "int", "default": 4, "range": None, "applied": 4, "current": 4, "reported": 4, "sent": 6, "pending": None}
+    track(dashboard, run_uuid, reports(2.5e-4, 6.0, 4))
+    assert shown(dashboard, run_uuid, "epochs") == "6 (live)"
+    listed = run_tool("experiments.tweak", run_uuid, "--dashboard", dashboard.url)
+    assert "epochs = 6  int in [1, 16]\n" in listed.stdout  # an integer, not 6.0
+
+
+def test_a_change_to_a_run_that_has_ended_is_refused(dashboard: Dashboard) -> None:
+    run_uuid = new_run(dashboard)
+    status, _ = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"epochs": 6})
+    assert status == 200
+    # The run ends before it sends again: its change can no longer reach it, and is not kept.
+    track(dashboard, run_uuid, {"status": {"rank": 0, "status": "completed", "time": 3.0}, "time": 3.0})
+    status, answer = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"epochs": 3})
+    assert status == 409
+    assert answer["error"] == (f"run {run_uuid} is completed: a live change reaches only a running run; "
+                               f"resume it with --dashboard and change it while it runs")
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert info["params"]["epochs"]["pending"] is None and info["refusal"] == answer["error"]
+
+    tweak = run_tool("experiments.tweak", run_uuid, "epochs=3", "--dashboard", dashboard.url)
+    assert tweak.returncode == 2 and tweak.stdout == ""
+    assert tweak.stderr.splitlines() == [f"python -m experiments.tweak: error: {answer['error']}"]
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert info["params"]["epochs"]["pending"] is None

@@ -1,0 +1,103 @@
+"""labml's stock surfaces that do not apply to a local training dashboard, in a real browser: the
+empty runs list says how to send a run, the menu offers no computers and no sign-out, the run page
+offers no comparison, and the video panel does not cover a narrow window's page."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from browser import CHROMIUM, Browser
+from dashboard_support import Dashboard, finished_probe_run
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")]
+PAGE_LIMIT_S = 60.0
+VISIBLE = "(el => el.getClientRects().length > 0)"  # rendered, not display:none (nor inside such)
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -> Iterator[Dashboard]:
+    """This module's dashboard, reading run videos from `runs_dir` (it starts with no runs)."""
+    d = Dashboard(tmp_path_factory.mktemp("dashboard-data"), options=("--runs-dir", str(runs_dir)))
+    try:
+        yield d.wait_ready()
+    finally:
+        d.kill()
+
+
+def visible_with_text(browser: Browser, text: str) -> int:
+    return browser.evaluate(f"[...document.querySelectorAll('body *')].filter(el => el.children.length === 0"
+                            f" && el.textContent.trim() === {text!r} && {VISIBLE}(el)).length")
+
+
+def test_the_empty_dashboard_says_how_to_send_a_run_and_offers_no_stock_menu(
+        dashboard: Dashboard, tmp_path: Path, no_leftover_processes: None) -> None:
+    with Browser(tmp_path / "chromium-profile", height=700) as browser:
+        browser.load(f"{dashboard.url}/runs")
+        told = browser.wait_until("document.body.innerText.includes('No runs here yet')", PAGE_LIMIT_S)
+        text = browser.evaluate("document.body.innerText")
+        browser.evaluate("document.querySelector('.nav-link, .burger, nav button, .fa-bars, .fas').click()")
+        menu = browser.wait_until("document.body.innerText.includes('Archived Runs')", PAGE_LIMIT_S)
+        shown = {name: visible_with_text(browser, name) for name in ("Computers", "Sign out", "Archived Runs")}
+    assert told, text
+    assert f"python -m experiments.breakout --dashboard {dashboard.url}" in text
+    assert f"python -m experiments.breakout --resume RUN_UUID --dashboard {dashboard.url}" in text
+    assert "two lines of code" not in text and "PyTorch" not in text
+    assert menu and shown == {"Computers": 0, "Sign out": 0, "Archived Runs": 1}
+
+
+@pytest.fixture(scope="module")
+def filmed_run(dashboard: Dashboard, runs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A finished probe run with a video in its folder under the dashboard's --runs-dir."""
+    run_uuid, probe = finished_probe_run(dashboard.url, tmp_path_factory.mktemp("probe"), "6")
+    assert "FINISHED delivered=True" in probe.output, probe.output
+    video = runs_dir / "probe" / run_uuid / "videos" / "update_000001.mp4"
+    video.parent.mkdir(parents=True)
+    video.write_bytes(b"\0\0\0\x18ftypmp42")  # only listed here, never played
+    return run_uuid
+
+
+def test_the_run_page_offers_no_comparison(dashboard: Dashboard, filmed_run: str, tmp_path: Path,
+                                            no_leftover_processes: None) -> None:
+    with Browser(tmp_path / "chromium-profile") as browser:
+        browser.load(f"{dashboard.url}/run/{filmed_run}")
+        drawn = browser.wait_until("document.querySelector('.labml-card svg path') !== null"
+                                   " && document.body.innerText.includes('CONFIGURATIONS')", PAGE_LIMIT_S)
+        # The stock card is rendered, then hidden within the next half second.
+        hidden = browser.wait_until(
+            "![...document.querySelectorAll('.labml-card')].some(c => c.textContent.includes("
+            f"'compare with another experiment') && {VISIBLE}(c))", PAGE_LIMIT_S)
+        text = browser.evaluate("document.body.innerText")
+    assert drawn and hidden, text
+    assert "compare with another experiment" not in text
+
+
+@pytest.mark.parametrize(("width", "floating"), [(1280, True), (420, False)])
+def test_the_video_panel_floats_only_on_a_wide_window(dashboard: Dashboard, filmed_run: str, tmp_path: Path,
+                                                      width: int, floating: bool,
+                                                      no_leftover_processes: None) -> None:
+    with Browser(tmp_path / "chromium-profile", width=width, height=800) as browser:
+        browser.load(f"{dashboard.url}/run/{filmed_run}")
+        shown = browser.wait_until("document.getElementById('dashboard-run-video') !== null && "
+                                   f"{VISIBLE}(document.getElementById('dashboard-run-video'))", PAGE_LIMIT_S)
+        browser.wait_until("document.body.innerText.includes('CONFIGURATIONS')", PAGE_LIMIT_S)
+        positions = browser.evaluate("['dashboard-run-video', 'dashboard-hyperparams-link'].map("
+                                     "id => getComputedStyle(document.getElementById(id)).position)")
+        if width < 900:
+            browser.screenshot(tmp_path / "narrow.png")
+        # Below the page, nothing of the page lies under the panel.
+        below = browser.evaluate(
+            "(() => { const panel = document.getElementById('dashboard-run-video').getBoundingClientRect();"
+            " return [...document.querySelectorAll('.labml-card')].filter(c => c.getClientRects().length > 0)"
+            ".every(c => c.getBoundingClientRect().bottom <= panel.top + window.scrollY); })()")
+    assert shown
+    assert positions == (["fixed", "fixed"] if floating else ["static", "static"])
+    if not floating:
+        assert below
