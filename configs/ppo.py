@@ -12,83 +12,29 @@ import dataclasses
 import importlib.util
 import math
 import numbers
-import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-# ---- per-field constraints -------------------------------------------------------------------
-# Each returns the "accepted" text when a value is rejected, or None when it is fine.
-Check = Callable[[Any], "str | None"]
-
-
-def positive(v: Any) -> str | None:
-    return None if v > 0 else "a number > 0"
-
-
-def non_negative(v: Any) -> str | None:
-    return None if v >= 0 else "a number ≥ 0"
-
-
-def unit_interval(v: Any) -> str | None:
-    return None if 0 <= v <= 1 else "a number in [0, 1]"
-
-
-def optional_positive(v: Any) -> str | None:
-    return None if v is None or v > 0 else "a number > 0, or none"
-
-
-def optional_non_negative(v: Any) -> str | None:
-    return None if v is None or v >= 0 else "a number ≥ 0, or none"
-
-
-def not_empty(v: Any) -> str | None:
-    return None if str(v).strip() else "a non-empty string"
-
-
-def device_name(v: Any) -> str | None:
-    """How `--device` is spelled; whether that device is here is torch's to say (`ppo.devices.resolve_device`)."""
-    return None if v in ("auto", "cpu", "cuda") or (isinstance(v, str) and re.fullmatch(r"cuda:[0-9]+", v)) else "auto, cpu, cuda or cuda:N"
-
-
-PRECISIONS = ("auto", "fp32", "bf16")
-BACKENDS = ("local", "ray", "serial")
-RELAUNCHES = ("fire", "noop-fire-right")  # game.atari.RELAUNCHES, spelled here too: configs imports nothing of ours (a test keeps them equal)
-
-
-def precision_name(v: Any) -> str | None:
-    """How `--precision` is spelled; whether this machine has bf16 is torch's to say (`ppo.devices`)."""
-    return None if v in PRECISIONS else "auto, fp32 or bf16"
-
-
-def folder_name(v: Any) -> str | None:
-    # The name is a folder under data_dir: one plain path component, so `../x` or `/etc` cannot
-    # put a run anywhere else.
-    return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", str(v)) else (
-        "a folder name of at most 100 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..')")
-
-
-def one_of(*choices: str) -> Check:
-    def check(v: Any) -> str | None:
-        return None if v in choices else f"one of {', '.join(choices)}"
-    return check
-
-
-def braced(choices: tuple[str, ...]) -> str:
-    """`{a,b,c}`: how --help writes the placeholder of an option with a fixed set of values."""
-    return "{" + ",".join(choices) + "}"
-
-
-def hp(default: Any, help: str, check: Check | None = None, live: tuple[float, float] | None = None,
-       run_option: bool = False, metavar: str | None = None) -> Any:
-    """A config field. `live=(low, high)` makes it a dynamic hyperparameter, changeable while the
-    run goes; `run_option` marks how/where to run rather than what to learn (allowed to differ
-    on `--resume`); `metavar` is its placeholder in --help when the type's (INT, FLOAT, …) says
-    too little. A field whose default is none says in `help` what none means (the command line
-    adds "(default: …)" for every other default)."""
-    return field(default=default, metadata={"help": help, "check": check, "live": live, "run_option": run_option,
-                                            "metavar": metavar})
+from configs.fields import (
+    BACKENDS,
+    PRECISIONS,
+    RELAUNCHES,
+    ConfigError,
+    braced,
+    device_name,
+    folder_name,
+    hp,
+    non_negative,
+    not_empty,
+    one_of,
+    optional_non_negative,
+    optional_positive,
+    positive,
+    precision_name,
+    unit_interval,
+)
 
 
 @dataclass
@@ -252,50 +198,6 @@ def section_of(name: str) -> str:
     raise KeyError(f"{name}: a config field that no section of configs.ppo.SECTIONS lists")
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity: `taskset`, a container's cpuset), not the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no affinity call
-        return os.cpu_count() or 1
-
-
-def grouped_for_cores(config: PPOConfig, cores: int) -> PPOConfig:
-    """The same games grouped into as many worker processes as there are cores: the largest
-    divisor of the number of games that is ≤ `cores` (8 games: 1 core → 1 × 8, 2–3 → 2 × 4,
-    4–7 → 4 × 2, 8 or more → 8 × 1). More processes than cores only adds switching between them
-    (README, Throughput: 2 × 4 beats 8 × 1 on 2 cores). Grouping is a speed setting only: the games,
-    the batch and every number learned stay the same (tests/test_trainer.py checks it bit for bit)."""
-    games = config.n_envs
-    workers = max(d for d in range(1, min(games, max(cores, 1)) + 1) if games % d == 0)
-    return dataclasses.replace(config, n_workers=workers, envs_per_worker=games // workers)
-
-
-def grouped_unless_chosen(config: PPOConfig, overrides: Mapping[str, Any]) -> PPOConfig:
-    """`config` with its games grouped by this machine's usable cores (`grouped_for_cores`), unless
-    the command line (`overrides`) chose the grouping or the games run as Ray actors: what a plain
-    training run does, and so what the benchmark measures by default."""
-    if config.backend != "local" or {"n_workers", "envs_per_worker"} & overrides.keys():
-        return config
-    return grouped_for_cores(config, usable_cores())
-
-
-class ConfigError(ValueError):
-    """A rejected value: names the option, the value, and what is accepted."""
-
-    def __init__(self, name: str, value: Any, accepted: str) -> None:
-        self.option = "--" + name.replace("_", "-")
-        self.value = value
-        self.accepted = accepted
-        if value is None:
-            shown = "none"
-        elif isinstance(value, str) and (not value.strip() or value != value.strip() or not value.isprintable()):
-            shown = repr(value)  # '' or '\n' must stay visible, and the message one line
-        else:
-            shown = str(value)
-        super().__init__(f"{self.option} {shown}: expected {accepted}")
-
-
 def config_fields() -> list[dataclasses.Field[Any]]:
     return list(dataclasses.fields(PPOConfig))
 
@@ -310,7 +212,7 @@ def live_value_problem(name: str, value: Any) -> str | None:
     when it may be applied. The trainer checks every value it receives with this, whatever the
     dashboard or a checkpoint says: a live value is input from outside the process."""
     low, high = live_ranges()[name]
-    integral = isinstance(PPOConfig.__dataclass_fields__[name].default, int)
+    integral = _integral(name)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return "an integer" if integral else "a number"
     value = float(value)  # any real (a numpy scalar too), compared as a float
@@ -321,6 +223,35 @@ def live_value_problem(name: str, value: Any) -> str | None:
     if not low <= value <= high:
         return f"a value in [{low:g}, {high:g}]"
     return None
+
+
+def accepted_live_values(received: Mapping[str, Any], fallback: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the live values to apply, the refused ones): each live value of `received` that
+    `live_value_problem` allows, as its field's type (an int for `epochs`), else `fallback`'s value
+    (none where `fallback` has none); refused: name → what is accepted, names that are no live
+    hyperparameter included. Every place that takes live values from outside (the dashboard, a
+    checkpoint) takes them through here."""
+    accepted: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    ranges = live_ranges()
+    for name in [*ranges, *(k for k in received if k not in ranges)]:
+        if name not in ranges:
+            refused[name] = "a live hyperparameter"
+            continue
+        if name not in received and name not in fallback:
+            continue
+        value = received.get(name, fallback.get(name))
+        if (problem := live_value_problem(name, value)) is None:
+            accepted[name] = int(value) if _integral(name) else float(value)
+        else:
+            refused[name] = problem
+            if name in fallback:
+                accepted[name] = fallback[name]
+    return accepted, refused
+
+
+def _integral(name: str) -> bool:
+    return isinstance(PPOConfig.__dataclass_fields__[name].default, int)
 
 
 def _importable(module: str) -> bool:
@@ -353,9 +284,8 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
     check = f.metadata["check"]
     if check is not None and (problem := check(value)) is not None:
         raise ConfigError(f.name, value, problem)
-    live = f.metadata["live"]
-    if live is not None and not live[0] <= value <= live[1]:
-        raise ConfigError(f.name, value, f"a value in [{live[0]:g}, {live[1]:g}]")
+    if f.metadata["live"] is not None and (problem := live_value_problem(f.name, value)) is not None:
+        raise ConfigError(f.name, value, problem)
 
 
 def _check_sizes(config: PPOConfig) -> None:

@@ -10,9 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from configs.cli import OneLineParser, fail, parse_config
-from configs.ppo import ConfigError, grouped_unless_chosen
+from configs.fields import ConfigError
+from configs.grouping import grouped_unless_chosen
 from experiments.run.console import say
-from experiments.run.lifecycle import TrainingRun, check_can_start, resume_config
+from experiments.run.lifecycle import TrainingRun
+from experiments.run.preflight import check_can_start
+from experiments.run.resume import resume_config
 from game.atari import canonical_game
 from ppo.checkpoint import CheckpointError
 
@@ -26,11 +29,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     config, args, overrides = parse_config(argv, prog, "Train a PPO agent on Atari Breakout as a labml experiment.", extra, canonical_game)
     resume = None
     try:
-        if args.resume is not None:
+        if args.resume is not None:  # checked whole, check_can_start included, before anything starts
             config, resume = resume_config(Path(config.data_dir), args.resume, overrides)
         else:  # unless chosen on the command line: the games in one process per usable core
             config = grouped_unless_chosen(config, overrides)
-        check_can_start(config)  # the device exists, the run folder can be written: before anything starts
+            check_can_start(config)  # the device exists, the run folder can be written: before anything starts
     except (ConfigError, CheckpointError) as e:
         fail(str(e))
     run = TrainingRun(config, resume, run_uuid=args.resume)
@@ -39,12 +42,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: the workers are closed already
         say(f"stopped at once; {run.resume_point()}")
         return 130
-    except ConfigError as e:  # found before anything started (a device this machine lacks)
-        fail(str(e))
     except ConnectionError as e:  # Ray could not reach --ray-address
         fail(f"--ray-address {config.ray_address}: could not connect to a Ray cluster there ({str(e).splitlines()[0]})")
     # stdout holds only this path (everything for people goes to stderr): `$(python -m experiments.breakout)` is the path.
-    say(str(result.summary_path), sys.stdout)
+    if result.summary_path is not None:
+        say(str(result.summary_path), sys.stdout)
     return result.exit_code
 
 

@@ -27,10 +27,10 @@ from configs.cli import OneLineParser, bad_value, docstring_help
 from configs.ppo import ConfigError, PPOConfig, validate
 from experiments.evaluate import parse_device, resolve_checkpoint
 from experiments.run.console import say
-from experiments.run.lifecycle import check_fits, checked_live_values
-from game.atari import is_known_game
+from experiments.run.resume import checked_live_values
+from game.atari import action_meanings, is_known_game
 from game.vector import game_specs, make_pool
-from ppo.checkpoint import CheckpointError
+from ppo.checkpoint import Checkpoint, CheckpointError
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 
@@ -74,17 +74,18 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     option, value = ("--checkpoint", args.checkpoint) if args.checkpoint is not None else ("--run", args.run)
     try:
         # Its games on worker processes here, whatever transport trained it; no dashboard.
-        saved = PPOConfig.from_dict(state["config"])
+        learner = Checkpoint.from_stored(state)
+        saved = PPOConfig.from_dict(learner.config)
         config = validate(dataclasses.replace(saved, backend="local", ray_address=None, dashboard=None), is_known_game)
-        check_fits(state, config)
+        learner.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
     except (ConfigError, CheckpointError, KeyError, TypeError, ValueError) as e:
         bad_value(option, value, f"a checkpoint written by python -m experiments.breakout ({e})")
-    live = checked_live_values(state.get("live_values"))
+    live = checked_live_values(learner.live_values)
 
     seeds = derive_seeds(config.seed, config.n_envs)
     with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
         trainer = Trainer(config, pool, seeds, device, live_values=lambda: live, on_event=say)
-        trainer.load_state_dict(state)  # parameters, Adam, the shuffle and the games' emulator states
+        trainer.load_state_dict(learner)  # parameters, Adam, the shuffle and the games' emulator states
         settings = trainer.schedule()  # the next update's, as the run would use them
         at_update, at_steps = trainer.update, trainer.env_steps
         trainer.collect()

@@ -1,13 +1,19 @@
-"""Checkpoints and summaries written atomically: a crash or a full disk mid-write leaves the
-previous file whole, because the new one only replaces it once it is completely on disk.
+"""Checkpoints: what a run needs to go on exactly where it stopped, as one typed `Checkpoint`, and
+the file that holds it, written atomically (a crash or a full disk mid-write leaves the previous file
+whole, because the new one only replaces it once it is completely on disk). The file holds the
+checkpoint's fields as a plain dict (`Checkpoint.stored`), the only form `load_checkpoint` accepts.
 `check_fits` is the one answer to "can this checkpoint's model be this model?"."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import pickle
+import re
 import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +25,96 @@ from ppo.files import atomic_write
 from ppo.model import ActorCritic
 
 CHECKPOINT_NAME = "checkpoint.pt"
+# The layout of the fields below. 1: the files written before the version was recorded, the same
+# fields save `version`, with `n_actions` and `sample_generator_device` possibly absent (told by the
+# policy head and by the size of the generator's state instead).
+CHECKPOINT_VERSION = 2
 
 
 class CheckpointError(RuntimeError):
     pass
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+@dataclass
+class Checkpoint:
+    """The learner's state after a completed update (`Trainer.state_dict`), and the run's own
+    records of it. Checked for its shape when read (`from_stored`); whether its model fits a game
+    (`check_fits`) and its random states can be restored (`check_random_states`) is asked apart,
+    by whoever is about to use them."""
+
+    config: dict[str, Any]  # the run's PPOConfig.to_dict()
+    model: dict[str, torch.Tensor]  # the actor-critic's parameters
+    optimizer: dict[str, Any]  # Adam's state_dict
+    n_actions: int
+    update: int  # updates completed
+    env_steps: int  # agent steps taken, over all envs
+    games: int  # full games finished
+    scores: list[float]  # the last score_window games' full-game scores, oldest first
+    lengths: list[int]  # their lengths in agent steps
+    live_values: dict[str, Any]  # the live hyperparameters' bases, as the run last accepted them
+    sample_generator: Any  # the action-sampling torch.Generator's state (uint8 tensor)
+    sample_generator_device: str | None  # the kind of device that drew it; None: told by its size
+    shuffle_rng: Any  # numpy's PCG64 state, the minibatch shuffle
+    env_states: list[dict[str, Any]] | None = None  # each game's emulator state; None: the games start afresh
+    worker_restarts: int = 0  # workers replaced over the whole run (the next replacement's seeds follow on)
+    nonfinite_skipped: int = 0  # minibatches skipped for a NaN/inf loss
+    machines: Any = None  # the machines that trained the run (checked on resume); None: not recorded
+    version: int = CHECKPOINT_VERSION
+
+    def stored(self) -> dict[str, Any]:
+        """The fields as the plain dict a checkpoint file holds (the tensors themselves, not copies)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_stored(cls, state: Mapping[str, Any], source: str = "the checkpoint") -> Checkpoint:
+        """A checkpoint file's dict as a `Checkpoint`; `CheckpointError` naming the first field that
+        is missing or of the wrong kind. Fields of a newer layout than this code knows are refused."""
+        version = state.get("version", 1)
+        if not _is_int(version) or not 1 <= version <= CHECKPOINT_VERSION:
+            raise CheckpointError(f"{source} has version {version!r}; this code reads versions 1 to {CHECKPOINT_VERSION}")
+        kinds: dict[str, tuple[type, ...]] = {"config": (dict,), "model": (dict,), "optimizer": (dict,), "scores": (list,),
+                                              "lengths": (list,), "live_values": (dict, type(None))}
+        for name in (*kinds, "update", "env_steps", "games", "sample_generator", "shuffle_rng"):
+            if name not in state:
+                raise CheckpointError(f"{source} has no {name}: not a checkpoint of this project")
+        for name, kind in kinds.items():
+            if not isinstance(state[name], kind):
+                raise CheckpointError(f"{source}'s {name} is a {type(state[name]).__name__}; expected a {kind[0].__name__}")
+        for name in ("update", "env_steps", "games", "worker_restarts", "nonfinite_skipped"):
+            if not (_is_int(value := state.get(name, 0)) and value >= 0):
+                raise CheckpointError(f"{source}'s {name} is {value!r}; expected an integer ≥ 0")
+        known = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in state.items() if k in known}
+        try:
+            fields["n_actions"] = saved_n_actions(state)
+        except (KeyError, AttributeError, TypeError, ValueError):
+            raise CheckpointError(f"{source} has no n_actions, nor a policy head to tell it by") from None
+        fields["live_values"] = state["live_values"] or {}
+        fields.setdefault("sample_generator_device", None)
+        fields["version"] = CHECKPOINT_VERSION
+        return cls(**fields)
+
+    def check_fits(self, n_actions: int, frame_stack: int, game: str = "this game", into: nn.Module | None = None) -> None:
+        """`check_fits` for this checkpoint."""
+        check_fits(self.stored(), n_actions, frame_stack, game, into)
+
+    @property
+    def sampled_on(self) -> str:
+        """`sampled_on` for this checkpoint."""
+        return sampled_on(self.stored())
+
+    def check_random_states(self) -> None:
+        """`check_random_states` for this checkpoint."""
+        check_random_states(self.stored())
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def save_checkpoint(path: Path, state: Checkpoint | dict[str, Any]) -> None:
     buffer = io.BytesIO()
-    torch.save(state, buffer)
+    torch.save(state.stored() if isinstance(state, Checkpoint) else state, buffer)
     try:
         atomic_write(path, buffer.getvalue())
     except OSError as e:
@@ -35,7 +122,8 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint is data, never code: loaded with `weights_only=True`, which rebuilds tensors
+    """The dict a checkpoint file holds (`read_checkpoint`: as a `Checkpoint`). A checkpoint is
+    data, never code: loaded with `weights_only=True`, which rebuilds tensors
     and plain values (dicts, lists, numbers, strings, bytes) and refuses any other object before
     creating it. So a crafted file (a shared `--data-dir`, a download) cannot run anything here;
     everything this project saves is of those kinds (emulator states as bytes, RNG states as dicts)."""
@@ -55,14 +143,25 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
+def read_checkpoint(path: Path) -> Checkpoint:
+    """The checkpoint at `path`; `CheckpointError` when the file is not one (see `load_checkpoint`)."""
+    return Checkpoint.from_stored(load_checkpoint(path), f"checkpoint {path}")
+
+
 def _refusal(message: str) -> str:
-    """The reason in torch's weights-only refusal, without its advice to load the file unsafely."""
-    boilerplate = ("Weights only load failed", "Check the documentation", "Please file an issue")
-    lines = [line.strip() for line in message.splitlines() if line.strip() and not line.strip().startswith(boilerplate)]
-    return " ".join(lines) or "an object that is not plain data"
+    """What torch's weights-only loader refused, and nothing of its advice: that advice says how to
+    load the file anyway (weights_only=False, or allowing the class), which is how a crafted file
+    would run its code, so a refusal never passes it on."""
+    if found := re.search(r"Unsupported global: GLOBAL (\S+)", message):
+        return f"an object of class {found.group(1)}"
+    if found := re.search(r"WeightsUnpickler error: ([^\n]*)", message):
+        reason = re.split(r"\. |Please|weights_only|safe_globals|trust", found.group(1))[0].strip(" .")
+        if reason:
+            return reason
+    return "an object that is not plain data"
 
 
-def saved_n_actions(checkpoint: dict[str, Any]) -> int:
+def saved_n_actions(checkpoint: Mapping[str, Any]) -> int:
     """The action count of a checkpoint's policy: recorded by `Trainer.state_dict`, else (older
     checkpoints) read off the policy head."""
     n_actions = checkpoint.get("n_actions")
@@ -71,7 +170,7 @@ def saved_n_actions(checkpoint: dict[str, Any]) -> int:
     return int(n_actions)
 
 
-def check_fits(checkpoint: dict[str, Any], n_actions: int, frame_stack: int, game: str = "this game",
+def check_fits(checkpoint: Mapping[str, Any], n_actions: int, frame_stack: int, game: str = "this game",
                into: nn.Module | None = None) -> None:
     """Refuse (`CheckpointError`) a checkpoint whose model is not an `ActorCritic(n_actions, frame_stack)`.
 
@@ -101,7 +200,7 @@ def check_fits(checkpoint: dict[str, Any], n_actions: int, frame_stack: int, gam
 GENERATOR_STATE_BYTES = {"cpu": torch.Generator().get_state().numel(), "cuda": 16}
 
 
-def sampled_on(checkpoint: dict[str, Any]) -> str:
+def sampled_on(checkpoint: Mapping[str, Any]) -> str:
     """The kind of device ("cpu" or "cuda") whose generator drew the checkpoint's actions: recorded
     as `sample_generator_device`, or (older checkpoints) told by the size of the state."""
     recorded = checkpoint.get("sample_generator_device")
@@ -111,7 +210,7 @@ def sampled_on(checkpoint: dict[str, Any]) -> str:
     return next(kind for kind, n in GENERATOR_STATE_BYTES.items() if n == size)
 
 
-def check_random_states(checkpoint: dict[str, Any]) -> None:
+def check_random_states(checkpoint: Mapping[str, Any]) -> None:
     """Refuse (`CheckpointError`) a checkpoint whose action-sampling or shuffling state cannot be
     restored, before anything starts: restoring them is the resume's first step after the workers
     start, too late to refuse cleanly. Each state is tried on a scratch generator of its kind."""

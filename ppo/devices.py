@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from configs.ppo import ConfigError, device_name, precision_name
+from configs.fields import ConfigError, device_name, precision_name
 
 
 def resolve_device(name: str) -> torch.device:

@@ -97,13 +97,18 @@ class PPOLoss(NamedTuple):
     entropy: torch.Tensor
 
 
+def log_probs_of(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log π(a|s) of each taken action, from the policy's logits (B, n_actions) and actions (B,)."""
+    return torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
 def ppo_loss(
     logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, old_log_probs: torch.Tensor, old_values: torch.Tensor,
     advantages: torch.Tensor, returns: torch.Tensor, *, clip_range: float, value_clip_range: float | None,
     value_coef: float, entropy_coef: float, normalize_advantages: bool,
 ) -> PPOLoss:
     """The whole PPO objective on one minibatch, from the network's outputs."""
-    log_probs = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    log_probs = log_probs_of(logits, actions)
     if normalize_advantages and advantages.numel() > 1:
         # Per minibatch, as ppo2 does: the step size stops depending on the reward scale.
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)

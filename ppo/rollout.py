@@ -1,5 +1,5 @@
-"""Preallocated storage for one rollout, laid out (envs, steps) as GAE wants it, and the flat
-batch the optimiser reads from it."""
+"""Preallocated storage for one rollout, laid out (envs, steps) as GAE wants it, the flat batch the
+optimiser reads from it, and how the envs are grouped while it is sampled (`acting_groups`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,21 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from configs.ppo import PPOConfig
 from ppo.gae import compute_gae
+
+
+def acting_groups(config: PPOConfig) -> list[tuple[range, slice]]:
+    """The worker processes, and their games, that the network acts for in one forward pass: with
+    overlapped sampling (≥ 2 workers) the first half of the workers and then the rest, else all of
+    them at once. The batch's size changes the last bits of the logits (the matrix products block
+    differently), so two groupings of the same games learn bit for bit alike only when these games
+    match: for 8 games every grouping but 1 × 8 splits them 4 and 4."""
+    workers, games = config.n_workers, config.n_envs
+    if not (config.overlap_sampling and workers >= 2):
+        return [(range(workers), slice(0, games))]
+    half, per_worker = workers // 2, games // workers
+    return [(range(0, half), slice(0, half * per_worker)), (range(half, workers), slice(half * per_worker, games))]
 
 
 class Batch(NamedTuple):

@@ -1,69 +1,34 @@
 """One PPO update = collect a rollout from every env, then optimise the clipped objective on it.
 
-Framework-free: labml bookkeeping lives in `experiments/`, so this is testable on its own.
+Framework-free: labml bookkeeping lives in `experiments/`, so this is testable on its own. The
+trainer owns the learner's whole state (model, Adam, random streams, counters, game records) and
+is the one that saves it to a `Checkpoint` and restores it from one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch import nn
 
-from configs.ppo import PPOConfig, live_ranges, live_value_problem
+from configs.ppo import PPOConfig, live_ranges
 from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
-from ppo.checkpoint import check_fits, sampled_on
+from ppo.checkpoint import Checkpoint
 from ppo.devices import resolve_precision
-from ppo.losses import explained_variance, ppo_loss
+from ppo.losses import explained_variance, log_probs_of
 from ppo.model import ActorCritic, sample_actions
-from ppo.rollout import Batch, Rollout
+from ppo.records import GameRecord, GameRecords
+from ppo.rollout import Batch, Rollout, acting_groups
+from ppo.schedule import IterationSettings, LiveValueGuard, annealed, check_settings
 from ppo.seeding import Seeds, resumed_sampling_seed
 from ppo.threads import torch_threads
-
-
-class GameRecord(NamedTuple):
-    """One finished game, as a row of the run's games.csv."""
-
-    env_step: int  # agent steps taken over all envs when it ended
-    update: int  # the update whose rollout it ended in (1-based)
-    score: float  # full game, all lives, unclipped
-    length: int  # agent steps
-    truncated: bool  # ended by the time limit rather than game over
-
-
-@dataclass(frozen=True)
-class IterationSettings:
-    """The hyperparameters one iteration uses: live values read once, annealing applied."""
-
-    learning_rate: float
-    clip_range: float  # policy ratio clip ε
-    value_clip_range: float | None  # None: the value loss is not clipped
-    value_coef: float
-    entropy_coef: float
-    epochs: int
-
-
-def acting_groups(config: PPOConfig) -> list[tuple[range, slice]]:
-    """The worker processes, and their games, that the network acts for in one forward pass: with
-    overlapped sampling (≥ 2 workers) the first half of the workers and then the rest, else all of
-    them at once. The batch's size changes the last bits of the logits (the matrix products block
-    differently), so two groupings of the same games learn bit for bit alike only when these games
-    match: for 8 games every grouping but 1 × 8 splits them 4 and 4."""
-    workers, games = config.n_workers, config.n_envs
-    if not (config.overlap_sampling and workers >= 2):
-        return [(range(workers), slice(0, games))]
-    half, per_worker = workers // 2, games // workers
-    return [(range(0, half), slice(0, half * per_worker)), (range(half, workers), slice(half * per_worker, games))]
-
+from ppo.update import minibatch_step
 
 MINIBATCH_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "value_clip_fraction")
 
@@ -92,6 +57,10 @@ class Trainer:
         self.device = device
         # Where the live hyperparameters come from: labml's dynamic values in a run, the config here.
         self.live_values = live_values or (lambda: {k: getattr(config, k) for k in live_ranges()})
+        self.live = LiveValueGuard(config)  # the live values last applied; refused ones reported once
+        # Asked between minibatches; True abandons the update in progress (`UpdateAbandoned`). The run
+        # sets it to "a stop was requested", so Ctrl-C/SIGTERM never waits for a whole update.
+        self.should_stop: Callable[[], bool] | None = None
         # Set before initialising: orthogonal init runs a QR whose last bits depend on the thread
         # count, and the same seed must give the same model whatever ran in this process before.
         self.train_threads = config.torch_threads or os.cpu_count() or 1
@@ -109,105 +78,19 @@ class Trainer:
         self.rollout = Rollout(pool.n_envs, config.worker_steps, pool.observations.shape[1:])
         self.update = 0  # updates completed
         self.env_steps = 0  # agent steps taken, over all envs
-        self.games = 0  # full games finished
-        self.scores: deque[float] = deque(maxlen=config.score_window)  # full-game, unclipped
-        self.lengths: deque[int] = deque(maxlen=config.score_window)
-        self.finished_games: list[GameRecord] = []  # since the caller last took them (take_finished_games)
+        self.records = GameRecords(config.score_window)
         self.nonfinite_skipped = 0  # minibatches skipped for a NaN/inf loss (skip_nonfinite)
         # Where the trainer's events go (a worker replaced, a live value refused): the run's log.
         self.on_event: Callable[[str], None] = on_event or print
         pool.on_restart = self.on_event
 
-    # -- sampling -------------------------------------------------------------------------------
-
-    @torch.inference_mode()
-    def _policy(self, observations: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        logits, values = self.model(torch.from_numpy(observations).to(self.device, non_blocking=True))
-        actions = sample_actions(logits, self.sample_generator)
-        log_probs = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        return actions, log_probs, values
-
-    @torch.inference_mode()
-    def _values(self, observations: np.ndarray) -> np.ndarray:
-        return self.model(torch.from_numpy(observations).to(self.device))[1].cpu().numpy()
-
-    def collect(self) -> None:
-        """Fill the rollout: worker_steps steps of every env, sampled from the current policy.
-
-        A worker that dies, hangs or raises is replaced (fresh derived seeds) and the rollout starts
-        over from the envs' current states: the interrupted trajectories are dropped whole, so no
-        transition ever straddles the replacement. Games already finished still count.
-        """
-        self.pool.with_restarts(self._collect_once, tick=self.update)
-
-    def reset_envs(self) -> None:
-        """Start a new game in every env (a run's start)."""
-        self.pool.with_restarts(self.pool.reset, tick=self.update)
-
-    def _collect_once(self) -> None:
-        rollout, pool = self.rollout, self.pool
-        with torch_threads(self.sample_threads):
-            try:
-                groups = acting_groups(self.config)
-                if len(groups) == 2:
-                    self._collect_overlapped(groups)
-                else:
-                    every = slice(0, pool.n_envs)
-                    for t in range(rollout.n_steps):
-                        self._record(pool.step(self._act(every, t)), every, t)
-            except PoolError:
-                pool.drain()  # the other half may still be stepping: read its reply before a restart
-                raise
-            rollout.last_values[:] = self._values(pool.observations)
-        self.env_steps += rollout.size
-
-    def _collect_overlapped(self, groups: list[tuple[range, slice]]) -> None:
-        """Double-buffered sampling: one half of the workers steps while the network chooses the
-        other half's actions, so neither the envs nor the network waits for the other."""
-        for workers, envs in groups:
-            self.pool.step_async(self._act(envs, 0), workers)
-        for t in range(self.rollout.n_steps):
-            for workers, envs in groups:
-                self._record(self.pool.step_wait(workers), envs, t)
-                if t + 1 < self.rollout.n_steps:
-                    self.pool.step_async(self._act(envs, t + 1), workers)
-
-    def _act(self, envs: slice, t: int) -> np.ndarray:
-        """Choose actions for `envs` at step t from their current observations; store them."""
-        rollout = self.rollout
-        observations = self.pool.observations[envs]
-        rollout.observations[envs, t] = observations
-        actions, log_probs, values = self._policy(observations)
-        actions_np = actions.cpu().numpy()
-        rollout.actions[envs, t] = actions_np
-        rollout.log_probs[envs, t] = log_probs.cpu().numpy()
-        rollout.values[envs, t] = values.cpu().numpy()
-        return actions_np
-
-    def _record(self, step: StepBatch, envs: slice, t: int) -> None:
-        rollout = self.rollout
-        rollout.rewards[envs, t] = step.rewards
-        rollout.terminals[envs, t] = step.terminals
-        rollout.truncations[envs, t] = step.truncations
-        if step.final_observations:  # rare: bootstrap the time-limited episodes
-            truncated = sorted(step.final_observations)
-            final = np.stack([step.final_observations[i] for i in truncated])
-            rollout.truncation_values[truncated, t] = self._values(final)
-        # The agent steps taken over all envs when these games ended (this step included).
-        env_step = self.env_steps + (t + 1) * self.rollout.n_envs
-        for _, game in step.episodes:
-            self.finished_games.append(GameRecord(env_step, self.update + 1, game.score, game.length, game.truncated))
-            self.scores.append(game.score)
-            self.lengths.append(game.length)
-            self.games += 1
-
-    # -- one iteration -------------------------------------------------------------------------
+    # -- one iteration, top to bottom ------------------------------------------------------------
 
     def iteration(self) -> dict[str, float]:
         """One PPO iteration: sample a rollout with the current policy, then improve the policy on it."""
         settings = self.schedule()  # frozen for the whole iteration, whatever the dashboard sends meanwhile
         started = time.perf_counter()
-        self.collect()  # worker_steps × n_envs transitions (workers replaced and rollout redone on a fault)
+        self.collect()  # worker_steps × n_envs transitions, and V of the states after them
         sampled = time.perf_counter()
         metrics = self.optimize(settings)  # GAE, then epochs × minibatches of clipped updates
         done = time.perf_counter()
@@ -220,68 +103,42 @@ class Trainer:
         )
         if settings.value_clip_range is not None:  # none without a value clip
             metrics["value_clip_range"] = settings.value_clip_range
-        if self.scores:
-            metrics["score_mean_100"] = float(np.mean(self.scores))
-            metrics["game_length_mean_100"] = float(np.mean(self.lengths))
+        if (score_mean := self.records.score_mean()) is not None:
+            metrics["score_mean_100"] = score_mean
+            metrics["game_length_mean_100"] = float(np.mean(self.records.lengths))
         return metrics
 
-    # Asked between minibatches; True abandons the update in progress (`UpdateAbandoned`). The run
-    # sets it to "a stop was requested", so Ctrl-C/SIGTERM never waits for a whole update.
-    should_stop: Callable[[], bool] | None = None
-    # The live values this trainer last applied, each checked against its range in configs/ppo.py.
-    live_in_use: dict[str, Any] | None = None
-    _refused: dict[str, Any] | None = None  # name -> the refused value already reported
+    def collect(self) -> None:
+        """Fill the rollout: worker_steps steps of every env, sampled from the current policy.
 
-    def schedule(self) -> IterationSettings:
-        """This iteration's hyperparameters: the live values, the annealed ones decayed linearly."""
-        live, config = self._checked_live_values(), self.config
-        remaining = 1.0 - self.update / config.n_updates
-        clip_range = live["clip_range"] * (remaining if config.anneal_clip_range else 1.0)
-        return IterationSettings(
-            learning_rate=live["learning_rate"] * (remaining if config.anneal_learning_rate else 1.0),
-            # Tied to the annealed policy clip (ppo2), the value clip shrinks to 0 late in a run and
-            # freezes the critic; a fixed `value_clip_range` (the default) keeps it learning to the end.
-            clip_range=clip_range, value_clip_range=config.value_clip_for(clip_range),
-            value_coef=live["value_coef"], entropy_coef=live["entropy_coef"], epochs=int(live["epochs"]),
-        )
+        A worker that dies, hangs or raises is replaced (fresh derived seeds) and the rollout starts
+        over from the envs' current states: the interrupted trajectories are dropped whole, so no
+        transition ever straddles the replacement. Games already finished still count.
+        """
+        self.pool.with_restarts(self._collect_once, tick=self.update)
 
-    def _checked_live_values(self) -> dict[str, Any]:
-        """The live values, each one outside its range (or not a finite number) replaced by the last
-        good value and reported once: whatever a dashboard or a checkpoint says, the trainer never
-        applies a value configs/ppo.py does not allow (a negative learning rate, a million epochs)."""
-        good = dict(self.live_in_use or {k: getattr(self.config, k) for k in live_ranges()})
-        refused = self._refused if self._refused is not None else {}
-        received = self.live_values()
-        for name in live_ranges():
-            value = received.get(name, good[name])
-            problem = live_value_problem(name, value)
-            if problem is None:
-                good[name] = int(value) if isinstance(good[name], int) else float(value)
-                refused.pop(name, None)
-            elif name not in refused or repr(refused[name]) != repr(value):  # one line per refused value (NaN too), not per update
-                refused[name] = value
-                self.on_event(f"refused live value {name} = {value!r}: expected {problem}; keeping {good[name]!r}")
-        self.live_in_use, self._refused = good, refused
-        return good
-
-    @staticmethod
-    def _check_settings(settings: IterationSettings) -> None:
-        """Refuse settings outside the live ranges before they touch the model (they may come from
-        anywhere, not only from `schedule`). Annealed values lie in [0, base], so the ranges hold."""
-        for name in ("learning_rate", "clip_range", "value_coef", "entropy_coef", "epochs"):
-            value = getattr(settings, name)
-            if (problem := live_value_problem(name, value)) is not None:
-                raise ValueError(f"refusing to optimise with {name} = {value!r}: expected {problem}")
-        if settings.value_clip_range is not None and not (math.isfinite(settings.value_clip_range) and settings.value_clip_range >= 0):
-            raise ValueError(f"refusing to optimise with value_clip_range = {settings.value_clip_range!r}: expected a finite number ≥ 0")
+    def _collect_once(self) -> None:
+        """Double-buffered: while one group of workers steps, the network chooses the other group's
+        actions (`acting_groups`; with one group, the network and the envs take turns)."""
+        groups, steps = acting_groups(self.config), self.rollout.n_steps
+        with torch_threads(self.sample_threads), self._drained_on_fault():
+            for workers, envs in groups:
+                self.pool.step_async(self._act(envs, 0), workers)
+            for t in range(steps):
+                for workers, envs in groups:
+                    self._record(self.pool.step_wait(workers), envs, t)
+                    if t + 1 < steps:
+                        self.pool.step_async(self._act(envs, t + 1), workers)
+            self.rollout.last_values[:] = self._values(self.pool.observations)  # to bootstrap the last step
+        self.env_steps += self.rollout.size
 
     def optimize(self, settings: IterationSettings) -> dict[str, float]:
         """GAE on the rollout, then `epochs` passes of shuffled minibatch updates. If anything goes
         NaN/inf the model, optimizer and shuffle are put back exactly as they were, and `NonFiniteLoss` is raised;
         the same when `should_stop` says so between two minibatches (`UpdateAbandoned`)."""
         config = self.config
-        self._check_settings(settings)
-        with self._undone_on_nonfinite(), torch_threads(self.train_threads):
+        check_settings(settings)
+        with self._applied_whole(), torch_threads(self.train_threads):
             batch = self.rollout.batch(config.gamma, config.gae_lambda, self.device, self.model.channels_last)
             for group in self.optimizer.param_groups:
                 group["lr"] = settings.learning_rate
@@ -291,9 +148,7 @@ class Trainer:
                 order = torch.from_numpy(self.shuffle_rng.permutation(self.rollout.size)).to(self.device)
                 epoch: list[dict[str, float]] = []
                 for minibatch in batch.minibatches(order, config.minibatch_size):
-                    if self.should_stop is not None and self.should_stop():
-                        # Rolled back by _undone_on_nonfinite: the update is applied whole or not at all.
-                        raise UpdateAbandoned(f"stop requested during update {self.update + 1}; that update was not applied")
+                    self._stop_if_asked()
                     if (s := self._minibatch_update(minibatch, settings)) is not None:
                         epoch.append(s)
                 stats += epoch
@@ -307,28 +162,88 @@ class Trainer:
 
     def _minibatch_update(self, minibatch: Batch, settings: IterationSettings) -> dict[str, float] | None:
         """One Adam step on the PPO loss; None when a NaN/inf was skipped (`skip_nonfinite`)."""
-        logits, values = self.model(minibatch.observations)
-        loss = ppo_loss(logits, values, minibatch.actions, minibatch.log_probs, minibatch.values, minibatch.advantages,
-                        minibatch.returns, clip_range=settings.clip_range, value_clip_range=settings.value_clip_range,
-                        value_coef=settings.value_coef, entropy_coef=settings.entropy_coef,
-                        normalize_advantages=self.config.normalize_advantages)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.total.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
-        metrics = {"policy_loss": loss.policy.loss, "value_loss": loss.value.loss, "entropy": loss.entropy,
-                   "approx_kl": loss.policy.approx_kl, "clip_fraction": loss.policy.clip_fraction,
-                   "value_clip_fraction": loss.value.clip_fraction}
-        # One device-to-host copy for the finiteness check and every metric: each `.item()` waits for
-        # the device to finish its queue, so reading them one by one would stall a GPU 7 times here.
-        total, norm, *values = torch.stack([t.detach().float() for t in (loss.total, grad_norm, *metrics.values())]).tolist()
-        if not (math.isfinite(total) and math.isfinite(norm)):
-            self.optimizer.zero_grad(set_to_none=True)
+        step = minibatch_step(self.model, self.optimizer, minibatch, settings, self.config.normalize_advantages, self.config.max_grad_norm)
+        if not step.finite:
             if self.config.skip_nonfinite:
                 self.nonfinite_skipped += 1
                 return None
-            raise NonFiniteLoss(f"non-finite loss ({total}) or gradient norm ({norm}); update not applied")
-        self.optimizer.step()
-        return dict(zip(metrics, values, strict=True))
+            raise NonFiniteLoss(f"non-finite loss ({step.total}) or gradient norm ({step.grad_norm}); update not applied")
+        return step.metrics
+
+    # -- what the iteration's lines stand for ------------------------------------------------------
+
+    def _act(self, envs: slice, t: int) -> np.ndarray:
+        """Choose actions for `envs` at step t from their current observations; store them."""
+        rollout = self.rollout
+        observations = self.pool.observations[envs]
+        rollout.observations[envs, t] = observations
+        with torch.inference_mode():
+            logits, values = self.model(torch.from_numpy(observations).to(self.device, non_blocking=True))
+            actions = sample_actions(logits, self.sample_generator)
+            log_probs = log_probs_of(logits, actions)
+        actions_np = actions.cpu().numpy()
+        rollout.actions[envs, t] = actions_np
+        rollout.log_probs[envs, t] = log_probs.cpu().numpy()
+        rollout.values[envs, t] = values.cpu().numpy()
+        return actions_np
+
+    @torch.inference_mode()
+    def _values(self, observations: np.ndarray) -> np.ndarray:
+        return self.model(torch.from_numpy(observations).to(self.device))[1].cpu().numpy()
+
+    def _record(self, step: StepBatch, envs: slice, t: int) -> None:
+        """Store what `envs` got for their step t; count the games that ended in it."""
+        rollout = self.rollout
+        rollout.rewards[envs, t] = step.rewards
+        rollout.terminals[envs, t] = step.terminals
+        rollout.truncations[envs, t] = step.truncations
+        if step.final_observations:  # rare: bootstrap the time-limited episodes
+            truncated = sorted(step.final_observations)
+            final = np.stack([step.final_observations[i] for i in truncated])
+            rollout.truncation_values[truncated, t] = self._values(final)
+        # The agent steps taken over all envs when these games ended (this step included).
+        env_step = self.env_steps + (t + 1) * self.rollout.n_envs
+        for _, game in step.episodes:
+            self.records.add(GameRecord(env_step, self.update + 1, game.score, game.length, game.truncated))
+
+    @contextlib.contextmanager
+    def _drained_on_fault(self) -> Iterator[None]:
+        """On a worker's fault the other group may still be stepping: its reply is read before a restart."""
+        try:
+            yield
+        except PoolError:
+            self.pool.drain()
+            raise
+
+    def _stop_if_asked(self) -> None:
+        if self.should_stop is not None and self.should_stop():
+            # Rolled back by _applied_whole: the update is applied whole or not at all.
+            raise UpdateAbandoned(f"stop requested during update {self.update + 1}; that update was not applied")
+
+    @contextlib.contextmanager
+    def _applied_whole(self) -> Iterator[None]:
+        """The update as a whole, or (NaN/inf, a stop midway) the learner as it was before it."""
+        before = self.snapshot()
+        try:
+            yield
+            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+                raise NonFiniteLoss("parameters became NaN/inf; update not applied")
+        except (NonFiniteLoss, UpdateAbandoned):
+            self.restore(before)
+            raise
+
+    # -- hyperparameters -------------------------------------------------------------------------
+
+    def schedule(self) -> IterationSettings:
+        """This iteration's hyperparameters: the live values (checked, `LiveValueGuard`), annealed."""
+        return annealed(self.live.checked(self.live_values(), self.on_event), self.config, self.update)
+
+    @property
+    def live_in_use(self) -> dict[str, Any]:
+        """The live values this trainer last applied (what a checkpoint saves as their bases)."""
+        return self.live.in_use
+
+    # -- the learner's state ---------------------------------------------------------------------
 
     def snapshot(self) -> LearnerSnapshot:
         """What `optimize` changes, copied, so that `restore` can put it back any number of times."""
@@ -344,69 +259,42 @@ class Trainer:
         self.optimizer.load_state_dict(copy.deepcopy(snapshot.optimizer))
         self.shuffle_rng.bit_generator.state = snapshot.shuffle
 
-    @contextlib.contextmanager
-    def _undone_on_nonfinite(self) -> Iterator[None]:
-        before = self.snapshot()
-        try:
-            yield
-            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
-                raise NonFiniteLoss("parameters became NaN/inf; update not applied")
-        except (NonFiniteLoss, UpdateAbandoned):
-            self.restore(before)
-            raise
-
-    def take_finished_games(self) -> list[GameRecord]:
-        """The games finished since the last call, oldest first (for the run's games.csv)."""
-        games, self.finished_games = self.finished_games, []
-        return games
+    def reset_envs(self) -> None:
+        """Start a new game in every env (a run's start)."""
+        self.pool.with_restarts(self.pool.reset, tick=self.update)
 
     @property
     def worker_restarts(self) -> int:
         """Workers the pool replaced over the whole run (saved in checkpoints)."""
         return self.pool.restarts
 
-    def score_mean(self) -> float | None:
-        return float(np.mean(self.scores)) if self.scores else None
-
-    # -- checkpoints ----------------------------------------------------------------------------
-
-    def state_dict(self, live_values: dict[str, Any]) -> dict[str, Any]:
+    def state_dict(self, live_values: dict[str, Any]) -> Checkpoint:
+        """The learner's state now, with `live_values` as the live hyperparameters' bases."""
         try:
             # A worker found dead here is replaced (and counted) like one found dead while sampling.
             env_states = self.pool.with_restarts(self.pool.get_state, tick=self.update)
         except (PoolError, WorkerKeepsFailing):  # the learner is still saved; games start afresh
             env_states = None
-        return {
-            "config": self.config.to_dict(),
-            "n_actions": self.pool.n_actions,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "update": self.update,
-            "env_steps": self.env_steps,
-            "games": self.games,
-            "scores": list(self.scores),
-            "lengths": list(self.lengths),
-            "live_values": live_values,
-            "sample_generator": self.sample_generator.get_state(),
-            "sample_generator_device": self.device.type,
-            "shuffle_rng": self.shuffle_rng.bit_generator.state,
-            "env_states": env_states,
-            "worker_restarts": self.pool.restarts,
-            "nonfinite_skipped": self.nonfinite_skipped,
-        }
+        records = self.records
+        return Checkpoint(
+            config=self.config.to_dict(), model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+            n_actions=self.pool.n_actions, update=self.update, env_steps=self.env_steps, games=records.games,
+            scores=list(records.scores), lengths=list(records.lengths), live_values=live_values,
+            sample_generator=self.sample_generator.get_state(), sample_generator_device=self.device.type,
+            shuffle_rng=self.shuffle_rng.bit_generator.state, env_states=env_states,
+            worker_restarts=self.pool.restarts, nonfinite_skipped=self.nonfinite_skipped,
+        )
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Checkpoint) -> None:
         """Restore a checkpoint; `CheckpointError` if it belongs to another game or model."""
-        check_fits(state, self.pool.n_actions, self.config.frame_stack, self.config.game, into=self.model)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.update = state["update"]
-        self.env_steps = state["env_steps"]
-        self.games = state["games"]
-        self.scores.extend(state["scores"])
-        self.lengths.extend(state["lengths"])
-        saved_on = sampled_on(state)
+        state.check_fits(self.pool.n_actions, self.config.frame_stack, self.config.game, into=self.model)
+        self.optimizer.load_state_dict(state.optimizer)
+        self.update = state.update
+        self.env_steps = state.env_steps
+        self.records.restore(state.games, state.scores, state.lengths)
+        saved_on = state.sampled_on
         if saved_on == self.device.type:
-            self.sample_generator.set_state(state["sample_generator"])
+            self.sample_generator.set_state(state.sample_generator)
         else:
             # A CPU and a CUDA generator share no state (ppo/checkpoint.py), and the run could not go
             # on bit for bit anyway: the other device's kernels round differently. So this device
@@ -416,12 +304,22 @@ class Trainer:
             self.on_event(f"the checkpoint's actions were sampled on {saved_on}; this resume samples them on "
                           f"{self.device.type} from a new random stream (seeded by the run's seed and update "
                           f"{self.update:,}): the run goes on, but not bit for bit as it would on {saved_on}")
-        self.shuffle_rng.bit_generator.state = state["shuffle_rng"]
-        self.pool.restarts = state.get("worker_restarts", 0)  # the next replacement's seeds follow on
-        self.nonfinite_skipped = state.get("nonfinite_skipped", 0)
-        env_states = state.get("env_states")
+        self.shuffle_rng.bit_generator.state = state.shuffle_rng
+        self.pool.restarts = state.worker_restarts  # the next replacement's seeds follow on
+        self.nonfinite_skipped = state.nonfinite_skipped
+        env_states = state.env_states
         if env_states is not None:
             # A replacement worker takes the saved emulator states as well: the resume stays exact.
             self.pool.with_restarts(lambda: self.pool.set_state(env_states), tick=self.update)
         else:
             self.reset_envs()
+
+    def rewind(self, boundary: Checkpoint) -> Checkpoint:
+        """After an abandoned update (its model and Adam already rolled back by `optimize`): the
+        counters and game records back to `boundary`, so the summary and games.csv match it; returns
+        `boundary` holding the rolled-back model and Adam tensors (the ones it held were stepped)."""
+        self.update, self.env_steps = boundary.update, boundary.env_steps
+        self.records.restore(boundary.games, boundary.scores, boundary.lengths, after_update=boundary.update)
+        boundary.model, boundary.optimizer = self.model.state_dict(), self.optimizer.state_dict()
+        return boundary
+

@@ -68,3 +68,13 @@ def test_a_run_that_films_nothing_never_loads_the_video_encoder() -> None:
     filmed = subprocess.run([sys.executable, "-c", "import sys, ppo.evaluation.film; print('av' in sys.modules)"],
                             cwd=REPO, capture_output=True, text=True, check=True)
     assert filmed.stdout.split() == ["True"]  # the probe can see the import it looks for
+
+
+def test_names_configs_must_spell_again_stay_equal() -> None:
+    """configs imports nothing of ours, so the names it checks a config against that game/ owns
+    are spelled there a second time; this keeps each pair equal."""
+    import configs.fields
+    import game.atari
+    import game.vector
+    assert configs.fields.BACKENDS == game.vector.BACKENDS
+    assert configs.fields.RELAUNCHES == game.atari.RELAUNCHES

@@ -24,7 +24,8 @@ from labml.internal.experiment import Experiment
 from labml.internal.logger import logger_singleton
 
 from configs.cli import parse_config
-from configs.ppo import PPOConfig, grouped_for_cores
+from configs.grouping import grouped_for_cores
+from configs.ppo import PPOConfig
 from experiments.run import console
 from experiments.run.progress import ProgressLine, hms, labml_console_above, progress_text
 from experiments.run.report import NOT_CARRIED, changed_options, next_commands, summary_line

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.curves import score_at, stopping_signal
+from experiments.curves import score_at
 from experiments.run import process_table
 from experiments.run.appended_csv import torn_last_line
 from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
 from experiments.run.updates_csv import read_updates
+from experiments.seed_runs import stopping_signal
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import wait_for_file
 
@@ -446,8 +447,8 @@ def test_a_peer_run_stops_at_a_sigterm_with_its_games_and_summary(cli, tmp_path:
 def test_a_peer_run_among_others_gets_its_share_of_the_cores(tmp_path: Path) -> None:
     import argparse
 
-    from configs.ppo import usable_cores
-    from experiments.curves import seed_run
+    from configs.grouping import usable_cores
+    from experiments.seed_runs import seed_run
 
     args = argparse.Namespace(out=str(tmp_path), total_env_steps=1000, budget=500, jobs=1)
     alone = seed_run("sb3", 3, args, [])

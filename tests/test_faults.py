@@ -165,7 +165,7 @@ def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> Non
     acts for all 4 at once, and the note says so."""
     import shutil
 
-    from configs.ppo import grouped_for_cores, usable_cores
+    from configs.grouping import grouped_for_cores, usable_cores
     from ppo.trainer import acting_groups
     common = ["--updates", "3", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--seed", "5"]
     straight = cli.run("experiments.breakout", *common, "--n-workers", "4", "--data-dir", str(tmp_path / "straight"))

@@ -25,12 +25,12 @@ import torch
 import yaml
 
 from configs.ppo import PPOConfig
+from experiments.run.credentials import strip_userinfo
 from experiments.run.folders import checkpoint_paths, file_mode
 from experiments.run.games_csv import read_games
-from experiments.run.lifecycle import strip_userinfo
 from experiments.run.updates_csv import read_updates
 from game.vector import PipePool, game_specs
-from ppo.checkpoint import load_checkpoint, save_checkpoint
+from ppo.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
 from ppo.trainer import IterationSettings, Trainer, UpdateAbandoned
 from tests.conftest import REPO
@@ -405,7 +405,7 @@ def test_a_checkpoint_sampled_on_cuda_resumes_on_the_cpu_the_same_way_twice(cli,
 @pytest.mark.parametrize("recorded", [True, False], ids=["device recorded", "older checkpoint, told by size"])
 def test_a_resume_on_another_device_seeds_sampling_from_the_run_seed_and_update(trainer: Trainer, recorded: bool) -> None:
     from ppo.seeding import resumed_sampling_seed
-    state = trainer.state_dict({})
+    state = trainer.state_dict({}).stored()
     state["update"] = 2265
     state["sample_generator"] = torch.tensor(H200_SAMPLING_STATE, dtype=torch.uint8)
     if recorded:
@@ -414,7 +414,7 @@ def test_a_resume_on_another_device_seeds_sampling_from_the_run_seed_and_update(
         del state["sample_generator_device"]  # checkpoints before 2026-11-26 did not record it
     events: list[str] = []
     trainer.on_event = events.append
-    trainer.load_state_dict(state)
+    trainer.load_state_dict(Checkpoint.from_stored(state))
     expected = torch.Generator().manual_seed(resumed_sampling_seed(trainer.torch_seed, 2265))
     assert torch.equal(trainer.sample_generator.get_state(), expected.get_state())
     assert len(events) == 1 and "update 2,265" in events[0]
@@ -422,7 +422,7 @@ def test_a_resume_on_another_device_seeds_sampling_from_the_run_seed_and_update(
     same = trainer.state_dict({})
     trainer.sample_generator.manual_seed(1)
     trainer.load_state_dict(same)
-    assert torch.equal(trainer.sample_generator.get_state(), same["sample_generator"]) and len(events) == 1
+    assert torch.equal(trainer.sample_generator.get_state(), same.sample_generator) and len(events) == 1
 
 
 KINDS = "the 5,056 bytes of a CPU generator's state or the 16 bytes of a CUDA generator's state (uint8)"

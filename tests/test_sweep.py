@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.sweep import SearchSpace, SweepError, main, parse_distribution, search_space, sorted_rows
+from experiments.sweep import main, sorted_rows
+from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
 from game.vector.ray_actors import ray_installed
 
 requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')

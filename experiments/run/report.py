@@ -16,7 +16,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from configs.ppo import PPOConfig, usable_cores
+from configs.grouping import usable_cores
+from configs.ppo import PPOConfig
 from dashboard.client import run_url
 from experiments.run.progress import hms
 

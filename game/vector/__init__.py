@@ -21,6 +21,7 @@ from game.vector.pool import EnvPool, RestartPolicy, StepBatch
 from game.vector.protocol import PoolError, WorkerDied, WorkerError, WorkerKeepsFailing, WorkerTimeout
 from game.vector.serial import SerialPool
 
+# The transports `make_pool` knows; configs/fields.py spells them again (tests/test_architecture.py keeps them equal).
 BACKENDS = ("local", "ray", "serial")
 
 __all__ = ["BACKENDS", "EnvPool", "PipePool", "PoolError", "RestartPolicy", "SerialPool", "StepBatch", "StepEvents",

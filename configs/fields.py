@@ -1,0 +1,100 @@
+"""How a config field is declared (`hp`) and the rules a single value must keep: each rule returns
+the "accepted" text of the one-line refusal (`ConfigError`), or None when the value is fine."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import field
+from typing import Any
+
+# ---- per-field constraints -------------------------------------------------------------------
+# Each returns the "accepted" text when a value is rejected, or None when it is fine.
+Check = Callable[[Any], "str | None"]
+
+
+def positive(v: Any) -> str | None:
+    return None if v > 0 else "a number > 0"
+
+
+def non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "a number ≥ 0"
+
+
+def unit_interval(v: Any) -> str | None:
+    return None if 0 <= v <= 1 else "a number in [0, 1]"
+
+
+def optional_positive(v: Any) -> str | None:
+    return None if v is None or v > 0 else "a number > 0, or none"
+
+
+def optional_non_negative(v: Any) -> str | None:
+    return None if v is None or v >= 0 else "a number ≥ 0, or none"
+
+
+def not_empty(v: Any) -> str | None:
+    return None if str(v).strip() else "a non-empty string"
+
+
+def device_name(v: Any) -> str | None:
+    """How `--device` is spelled; whether that device is here is torch's to say (`ppo.devices.resolve_device`)."""
+    return None if v in ("auto", "cpu", "cuda") or (isinstance(v, str) and re.fullmatch(r"cuda:[0-9]+", v)) else "auto, cpu, cuda or cuda:N"
+
+
+PRECISIONS = ("auto", "fp32", "bf16")
+# game.vector.BACKENDS, spelled here too: configs imports nothing of ours (tests/test_architecture.py keeps them equal)
+BACKENDS = ("local", "ray", "serial")
+# game.atari.RELAUNCHES, spelled here too: configs imports nothing of ours (tests/test_architecture.py keeps them equal)
+RELAUNCHES = ("fire", "noop-fire-right")
+
+
+def precision_name(v: Any) -> str | None:
+    """How `--precision` is spelled; whether this machine has bf16 is torch's to say (`ppo.devices`)."""
+    return None if v in PRECISIONS else "auto, fp32 or bf16"
+
+
+def folder_name(v: Any) -> str | None:
+    # The name is a folder under data_dir: one plain path component, so `../x` or `/etc` cannot
+    # put a run anywhere else.
+    return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", str(v)) else (
+        "a folder name of at most 100 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..')")
+
+
+def one_of(*choices: str) -> Check:
+    def check(v: Any) -> str | None:
+        return None if v in choices else f"one of {', '.join(choices)}"
+    return check
+
+
+def braced(choices: tuple[str, ...]) -> str:
+    """`{a,b,c}`: how --help writes the placeholder of an option with a fixed set of values."""
+    return "{" + ",".join(choices) + "}"
+
+
+def hp(default: Any, help: str, check: Check | None = None, live: tuple[float, float] | None = None,
+       run_option: bool = False, metavar: str | None = None) -> Any:
+    """A config field. `live=(low, high)` makes it a dynamic hyperparameter, changeable while the
+    run goes; `run_option` marks how/where to run rather than what to learn (allowed to differ
+    on `--resume`); `metavar` is its placeholder in --help when the type's (INT, FLOAT, …) says
+    too little. A field whose default is none says in `help` what none means (the command line
+    adds "(default: …)" for every other default)."""
+    return field(default=default, metadata={"help": help, "check": check, "live": live, "run_option": run_option,
+                                            "metavar": metavar})
+
+
+
+class ConfigError(ValueError):
+    """A rejected value: names the option, the value, and what is accepted."""
+
+    def __init__(self, name: str, value: Any, accepted: str) -> None:
+        self.option = "--" + name.replace("_", "-")
+        self.value = value
+        self.accepted = accepted
+        if value is None:
+            shown = "none"
+        elif isinstance(value, str) and (not value.strip() or value != value.strip() or not value.isprintable()):
+            shown = repr(value)  # '' or '\n' must stay visible, and the message one line
+        else:
+            shown = str(value)
+        super().__init__(f"{self.option} {shown}: expected {accepted}")

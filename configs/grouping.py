@@ -1,0 +1,39 @@
+"""How a run's games are spread over worker processes on this machine: a speed setting only (the
+games, the batch and every number learned stay the same)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from configs.ppo import PPOConfig
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: `taskset`, a container's cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
+
+
+def grouped_for_cores(config: PPOConfig, cores: int) -> PPOConfig:
+    """The same games grouped into as many worker processes as there are cores: the largest
+    divisor of the number of games that is ≤ `cores` (8 games: 1 core → 1 × 8, 2–3 → 2 × 4,
+    4–7 → 4 × 2, 8 or more → 8 × 1). More processes than cores only adds switching between them
+    (README, Throughput: 2 × 4 beats 8 × 1 on 2 cores). Grouping is a speed setting only: the games,
+    the batch and every number learned stay the same (tests/test_trainer.py checks it bit for bit)."""
+    games = config.n_envs
+    workers = max(d for d in range(1, min(games, max(cores, 1)) + 1) if games % d == 0)
+    return dataclasses.replace(config, n_workers=workers, envs_per_worker=games // workers)
+
+
+def grouped_unless_chosen(config: PPOConfig, overrides: Mapping[str, Any]) -> PPOConfig:
+    """`config` with its games grouped by this machine's usable cores (`grouped_for_cores`), unless
+    the command line (`overrides`) chose the grouping or the games run as Ray actors: what a plain
+    training run does, and so what the benchmark measures by default."""
+    if config.backend != "local" or {"n_workers", "envs_per_worker"} & overrides.keys():
+        return config
+    return grouped_for_cores(config, usable_cores())
