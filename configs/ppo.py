@@ -83,8 +83,8 @@ class PPOConfig:
     clip_value_loss: bool = hp(True, "clip the value update around the old value (ppo2)")
     # 0.5 holds back only a value that jumps by over half a (clipped) reward in one update: about one
     # sample in 5,000, so the critic keeps learning to the end. Tied to the annealed policy clip
-    # (`none`, ppo2's rule and this project's first default) it held back a third of the batch by
-    # mid-run and learned slower on five paired seeds to 1M (docs/learning.md, "The wide clip on more seeds").
+    # (`none`, ppo2's rule) it held back a third of the batch by mid-run and learned slower on five
+    # paired seeds to 1M (docs/results.md, "The value clip").
     value_clip_range: float | None = hp(0.5, "value clip ε, fixed, never annealed (CleanRL: 0.1); none: the policy's "
                                              "clip range, annealed with it (ppo2)", optional_non_negative)
     value_coef: float = hp(0.5, "weight of the value loss", non_negative, live=(0.0, 10.0))
@@ -101,8 +101,9 @@ class PPOConfig:
     sample_threads: int = hp(1, "torch threads for inference while sampling (a batch of n_envs is too small to split)", positive, run_option=True)
     overlap_sampling: bool = hp(True, "step half the workers while the network acts for the other half (needs ≥ 2 workers)", run_option=True)
     precision: str = hp("auto", "the network's arithmetic: fp32, or bf16 autocast of forward and backward (weights and Adam "
-                                "stay fp32; CPUs with AVX512-BF16/AMX, CUDA); auto = fp32: bf16 is 1.3× faster here but "
-                                "learned less per step over 3 seeds (docs/precision.md)", precision_name, run_option=True, metavar=braced(PRECISIONS))
+                                "stay fp32; CPUs with AVX512-BF16/AMX, CUDA); auto = fp32: bf16 is faster where the hardware computes it, but "
+                                "has not been shown to learn as much per agent step (docs/precision.md)", precision_name, run_option=True,
+                        metavar=braced(PRECISIONS))
     channels_last: bool = hp(True, "NHWC convolutions: same results, faster on CPU (oneDNN) and on tensor cores", run_option=True)
     name: str = hp("breakout", "labml experiment name (a folder under data_dir)", folder_name, metavar="NAME")
     data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", not_empty, run_option=True, metavar="DIR")

@@ -44,10 +44,9 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for `--precision` on `device` (None: plain fp32); `ConfigError` naming
     `--precision` when bf16 is asked of a device without it — before anything starts.
 
-    `auto` is fp32. bf16 runs the whole loop 1.3–1.4× faster on a CPU that computes it natively,
-    but over 3 seeds to 500k agent steps it learned less per step than fp32 (12.5 ± 1.6 against
-    13.6 ± 0.8 at 500k, the curves apart around 200k; docs/precision.md): not the "learning
-    unchanged" that a default needs. bf16 stays a choice (`--precision bf16`) for wall-clock time.
+    `auto` is fp32: a default must learn as much per agent step as fp32 does, and bf16 has not been
+    shown to (docs/precision.md has the runs). bf16 stays a choice (`--precision bf16`) for wall-clock
+    time, where the hardware computes it natively.
     """
     if (accepted := precision_name(name)) is not None:
         raise ConfigError("precision", name, accepted)
@@ -91,7 +90,7 @@ def machine_fingerprint(device: torch.device) -> dict[str, str]:
     """What a run's numbers depend on besides its seed and config. torch and oneDNN pick their CPU
     kernels by the instruction set (`cpu_capability`: AVX2, AVX512, …), and two kernels round
     differently, so one seed writes one `games.csv` per machine: the same seed on two machines is two
-    independent draws (docs/learning.md measured it), and runs pair seed by seed only where this is
+    independent draws, and runs pair seed by seed only where this is
     equal."""
     def installed(package: str) -> str:
         try:
