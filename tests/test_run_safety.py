@@ -277,8 +277,8 @@ def test_a_crafted_checkpoint_is_refused_without_running_anything(cli, tmp_path:
 
 
 @pytest.mark.parametrize(("record", "bad_row", "why"), [
-    ("games.csv", "1,2,three,4,0", "is not a row of env_step,update,score,length,truncated (could not convert string to float: 'three')"),
-    ("updates.csv", "2,64" + ",x" * 20, "is not a row of numbers (could not convert string to float: 'x')"),
+    ("games.csv", "1,2,three,4,0", "not a row of env_step,update,score,length,truncated (its score is not a number)"),
+    ("updates.csv", "2,64" + ",x" * 20, "not a row of numbers (its learning_rate is not a number)"),
 ])
 def test_a_resume_refuses_a_run_whose_records_cannot_be_read_before_anything_starts(
         cli, tmp_path: Path, record: str, bad_row: str, why: str) -> None:
@@ -291,7 +291,7 @@ def test_a_resume_refuses_a_run_whose_records_cannot_be_read_before_anything_sta
     path.write_text("\n".join([*rows, bad_row]) + "\n")
     assert _refused_resume(cli, tmp_path, summary) == [
         f"error: --resume {summary['run_uuid']}: expected a run whose records can be read "
-        f"({path}:{len(rows) + 1}: {bad_row.split(',')!r} {why})"]
+        f"({path}:{len(rows) + 1}: {why})"]
 
 
 def _refused_resume(cli, tmp_path: Path, summary: dict) -> list[str]:

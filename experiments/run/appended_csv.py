@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -25,18 +27,29 @@ from ppo.files import atomic_write
 def read_rows(path: Path, columns: Sequence[str]) -> list[tuple[int, list[str]]]:
     """(line number, cells) of each complete row of a CSV that must start with the header `columns`
     (a last line without its line end is left out: see `torn_last_line`); `ValueError` naming the
-    file when the header is not that, or the line when a row's length is wrong."""
+    file, and the line where one is wrong, when it is not such a CSV. A message never quotes the
+    file: a run folder may hold a file put there by someone else, or a link to one."""
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would be waited on forever, a device read without end
+        raise ValueError(f"{path}: not a regular file (a folder, device, FIFO or socket)")
     data = path.read_bytes()  # once: a run may be appending to it while it is read
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start:,} cannot be decoded)") from None
     if torn_last_line(data) is not None:
-        data = data[:data.rindex(b"\n") + 1] if b"\n" in data else b""
-    reader = csv.reader(io.StringIO(data.decode(), newline=""))
-    header = next(reader, None)
-    if header is None or tuple(header) != tuple(columns):
-        raise ValueError(f"{path}: expected the header {','.join(columns)}, got {header}")
-    rows = list(enumerate(reader, start=2))
+        text = text[:text.rindex("\n") + 1] if "\n" in text else ""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        if header is None or tuple(header) != tuple(columns):
+            what = "it holds something else" if header is not None else "it holds no whole line" if data else "the file is empty"
+            raise ValueError(f"{path}: expected the header {','.join(columns)} on its first line ({what})")
+        rows = list(enumerate(reader, start=2))
+    except csv.Error as e:  # csv's own messages name what is wrong, not the text
+        raise ValueError(f"{path}:{reader.line_num}: not a CSV row ({e})") from None
     for line, row in rows:
         if len(row) != len(columns):
-            raise ValueError(f"{path}:{line}: {row} has {len(row)} cells, expected {len(columns)} ({','.join(columns)})")
+            raise ValueError(f"{path}:{line}: {len(row)} cells, expected {len(columns)} ({','.join(columns)})")
     return rows
 
 
@@ -63,7 +76,8 @@ class AppendedCsv:
         writer.writerow(columns)
         writer.writerows(kept)
         atomic_write(path, text.getvalue().encode())
-        self._file = path.open("a", newline="")
+        # O_NOFOLLOW: a link put in the file's place since the rename is refused (ELOOP), never appended through.
+        self._file = os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW), "a", newline="")
         self._writer = csv.writer(self._file)
 
     def _append(self, rows: Iterable[Sequence[object]]) -> None:

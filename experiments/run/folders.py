@@ -12,6 +12,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from experiments.run.folder_checks import remove_dead_writers_files
 from ppo.checkpoint import CHECKPOINT_NAME
 
 _UUID = re.compile(r"^[0-9a-f]{32}$")
@@ -46,8 +47,13 @@ def file_mode() -> int:
 
 
 def publish(path: Path) -> None:
-    """Give a file the run folder's usual mode (see `file_mode`)."""
-    os.chmod(path, file_mode())
+    """Give a file the run folder's usual mode (see `file_mode`); a link in its place is refused
+    (ELOOP), not followed: the mode of a file elsewhere is never changed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, file_mode())
+    finally:
+        os.close(fd)
 
 
 def rotate_in(run_dir: Path, write: Callable[[Path], None]) -> Path:
@@ -61,6 +67,7 @@ def rotate_in(run_dir: Path, write: Callable[[Path], None]) -> Path:
     """
     paths = checkpoint_paths(run_dir)
     latest = paths[0]
+    remove_dead_writers_files(latest.parent)  # a killed writer's: this process is the run's only writer
     staged = latest.with_name(f".{latest.name}.next")
     write(staged)  # raises on failure: nothing rotated yet
     publish(staged)
@@ -116,5 +123,8 @@ def running_pid(run_dir: Path) -> int | None:
 
 
 def release_run(run_dir: Path) -> None:
-    """Remove a stale `run.pid` so labml can record the resumed session."""
+    """Remove what the run's dead process left: a stale `run.pid` (so labml can record the resumed
+    session) and the temp files of a write it was killed in (`remove_dead_writers_files`)."""
     (run_dir / "run.pid").unlink(missing_ok=True)
+    for folder in (run_dir, checkpoint_path(run_dir).parent):
+        remove_dead_writers_files(folder)

@@ -8,10 +8,14 @@ from types import FrameType, TracebackType
 
 from experiments.run.console import say
 
+AFTER_UPDATE = "stopping after this update and saving a checkpoint"
+BEFORE_TRAINING = "stopping before the first update, once the workers have started"
+
 
 class GracefulStop:
     def __init__(self) -> None:
         self.requested: str | None = None  # name of the first signal received
+        self.plan = AFTER_UPDATE  # what the first signal does, as its message says
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> GracefulStop:
@@ -28,7 +32,7 @@ class GracefulStop:
         if self.requested is not None:
             raise KeyboardInterrupt(f"second stop request ({name}): stopping now")
         self.requested = name
-        say(f"{name} received: stopping after this update and saving a checkpoint (send it again to stop at once)")
+        say(f"{name} received: {self.plan} (send it again to stop at once)")
 
     @property
     def exit_code(self) -> int:

@@ -39,13 +39,15 @@ def _parsed(path: Path) -> list[tuple[list[str], int, dict[str, float | None]]]:
     """(cells, update, values) of each row."""
     parsed = []
     for line, row in read_rows(path, COLUMNS):
-        try:
-            values = {name: (float(cell) if cell else None) for name, cell in zip(COLUMNS, row, strict=True)}
-        except ValueError as e:
-            raise ValueError(f"{path}:{line}: {row} is not a row of numbers ({e})") from None
+        values: dict[str, float | None] = {}
+        for name, cell in zip(COLUMNS, row, strict=True):
+            try:
+                values[name] = float(cell) if cell else None
+            except ValueError:  # named, never quoted: see appended_csv.read_rows
+                raise ValueError(f"{path}:{line}: not a row of numbers (its {name} is not a number)") from None
         update = values["update"]
         if update is None or not update.is_integer():
-            raise ValueError(f"{path}:{line}: update {row[0]!r} is not a whole number")
+            raise ValueError(f"{path}:{line}: its update is not a whole number")
         parsed.append((row, int(update), values))
     return parsed
 

@@ -1,0 +1,79 @@
+"""A run folder on disk is input, not only output: whoever may write the data dir (a shared
+`--data-dir`, a copied run) may have put anything in it. Before a resume reads or writes a byte of
+one, `check_run_folder` refuses a folder that holds a link where a file belongs, and
+`remove_dead_writers_files` removes the temp files a killed writer left.
+
+labml opens `configs.yaml`, `run.yaml`, `indicators.yaml`, `source.diff`, `run_log.jsonl` and
+`run.pid` with a plain `open(path, "w"/"a")`, which follows a symbolic link and writes into a hard
+link's other names: a link there would let the run overwrite any file its user can write. The
+files this project writes itself are replaced by rename (`ppo.files.atomic_write`) or opened with
+O_NOFOLLOW (`appended_csv`), so a link in their place is never written through either; reading
+through one would still show a file from elsewhere, so every link is refused, wherever it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+from pathlib import Path
+
+# labml's own files, each opened in place (labml/internal/experiment/experiment_run.py `save_info`,
+# labml/internal/experiment/__init__.py: configs, indicators, run_log): a second hard link to one of
+# them is another file's content that labml would overwrite.
+WRITTEN_IN_PLACE = ("configs.yaml", "run.yaml", "indicators.yaml", "source.diff", "run_log.jsonl", "run.pid")
+
+# What a writer of this project leaves when it is killed mid-write, and nothing else: the temp
+# file of `ppo.files.atomic_write` (`.<name>.<8 characters of mkstemp>.tmp`), the staged newest
+# checkpoint and the hard link of a rotation (`experiments.run.folders.rotate_in`).
+DEAD_WRITERS_FILES = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp|\.checkpoint\.pt\.next|\.checkpoint\.\d+\.pt\.link")
+
+MAX_ENTRIES = 100_000  # a run folder holds tens of files (a filmed run: one video per filmed update)
+
+
+class UnsafeRunFolder(ValueError):
+    """A run folder that must not be read or written: the message names the path and what is wrong."""
+
+
+def check_run_folder(run_dir: Path) -> None:
+    """Refuse (`UnsafeRunFolder`) a run folder that is itself a link, or holds a symbolic link, a
+    device, a FIFO or a socket anywhere, or a second hard link of a file labml writes in place.
+    Only `lstat` is used: nothing is opened, so nothing is read through a link."""
+    for folder in (run_dir.parent, run_dir):
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            raise UnsafeRunFolder(f"{folder} is a symbolic link, not a folder")
+    seen = 0
+    pending = [run_dir]
+    while pending:
+        folder = pending.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                seen += 1
+                if seen > MAX_ENTRIES:
+                    raise UnsafeRunFolder(f"{run_dir} holds over {MAX_ENTRIES:,} files and folders")
+                info = entry.stat(follow_symlinks=False)
+                path = Path(entry.path)
+                if stat.S_ISLNK(info.st_mode):
+                    raise UnsafeRunFolder(f"{path} is a symbolic link, which would be read or written through")
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(path)
+                elif not stat.S_ISREG(info.st_mode):
+                    raise UnsafeRunFolder(f"{path} is not a regular file (a device, FIFO or socket)")
+                elif folder == run_dir and entry.name in WRITTEN_IN_PLACE and info.st_nlink > 1:
+                    raise UnsafeRunFolder(f"{path} has {info.st_nlink} hard links, and labml rewrites it in place "
+                                          "(the file of its other names would change too)")
+
+
+def remove_dead_writers_files(folder: Path) -> list[Path]:
+    """Remove from `folder` (not below it) the temp files a writer killed mid-write left, as named
+    by DEAD_WRITERS_FILES; call it only when no live process owns the run. Removing a name never
+    follows a link (unlink removes the link itself). Returns what was removed."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
+        for entry in entries:
+            if DEAD_WRITERS_FILES.fullmatch(entry.name) and not entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
