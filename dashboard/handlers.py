@@ -8,6 +8,7 @@ the handlers: they may only be imported once `labml_app_patches.load_labml_app` 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ OWN_STATIC = Path(__file__).parent / "static"
 # labml-app sleeps 3 s after each /track to slow clients down (it was built for a shared
 # server); one second keeps live changes snappy and still batches a fast training loop.
 TRACK_THROTTLE_S = 1.0
+UUID1_EPOCH = 0x01B21DD213814000  # 1970-01-01 in a version-1 uuid's 100 ns ticks since 1582-10-15
 
 
 class DashboardHandlers:
@@ -84,6 +86,8 @@ class DashboardHandlers:
         # labml-app files rank n > 0 of a distributed run as "<uuid>_<n>".
         stored_uuid = f"{run_uuid}_{rank}" if world_size > 1 and rank > 0 else run_uuid
         first_configs = self._check_declarations(stored_uuid, packets)
+        if is_run_itself(run_uuid, stored_uuid, rank, main_rank):
+            drop_known_points(packets, last_steps(run_uuid))
         charged, new_series = self.usage.charge(stored_uuid, packets)
         self.usage.check(stored_uuid, charged)
         if project_db.get_project(labml_token) is None:
@@ -130,6 +134,13 @@ class DashboardHandlers:
             # ticks in `selected_configs`; it would list none).
             r = run_db.get(run_uuid)
             r.selected_configs = initial_selected_configs(r.configs)
+            r.save()
+        started = uuid1_time(run_uuid)
+        if r is not None and started is not None and started < r.start_time:
+            # The runs list shows when the run began, not when this dashboard first heard of it
+            # (a run that joins late, or resumes with a dashboard for the first time).
+            r = run_db.get(run_uuid)
+            r.start_time = started
             r.save()
         self.hp_store.set_reported(run_uuid, reported_values(packets))
         if ended(packets):
@@ -204,3 +215,43 @@ class DashboardHandlers:
 def run_status(r: Any) -> str:
     """labml-app's status of a run as its pages show it ('in progress', 'completed', 'no response'...)."""
     return str(r.status.load().get_true_status())
+
+
+def last_steps(run_uuid: str) -> dict[str, float]:
+    """The last step of each series labml-app keeps for the run."""
+    from labml_app.analyses.experiments.metrics import MetricsAnalysis
+
+    analysis = MetricsAnalysis.get(run_uuid)
+    tracking = analysis.metrics.tracking if analysis is not None else {}
+    return {name: float(series["last_step"][-1]) for name, series in tracking.items()
+            if len(series.get("last_step", [])) > 0}
+
+
+def drop_known_points(packets: list[dict[str, Any]], last: dict[str, float]) -> None:
+    """Keep only the points after each series' stored last step. labml-app appends whatever it is
+    sent, so a history a resumed run brings (experiments/run/dashboard_history.py) adds only what
+    the dashboard lacks, and a series never goes back in steps."""
+    for packet in packets:
+        track = packet.get("track") or {}
+        for name in list(track):
+            if name not in last:
+                continue
+            series = track[name]
+            kept = [i for i, step in enumerate(series["step"]) if step > last[name]]
+            if not kept:
+                del track[name]
+            elif len(kept) < len(series["step"]):
+                track[name] = {**series, "step": [series["step"][i] for i in kept],
+                               "value": [series["value"][i] for i in kept]}
+
+
+def uuid1_time(run_uuid: str) -> float | None:
+    """When labml made the run's uuid (a version-1 uuid holds its creation time), as a Unix time;
+    None for any other uuid."""
+    try:
+        parsed = uuid.UUID(hex=run_uuid)
+    except ValueError:
+        return None
+    if parsed.version != 1:
+        return None
+    return (parsed.time - UUID1_EPOCH) / 1e7

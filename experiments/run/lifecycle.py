@@ -28,10 +28,11 @@ from dashboard.client import finish_app_tracking
 from dashboard.labml_client import use_dashboard
 from experiments.run.console import say
 from experiments.run.credentials import app_url, strip_userinfo
+from experiments.run.dashboard_history import send_history
 from experiments.run.folders import checkpoint_path, publish, rotate_in
 from experiments.run.games_csv import GamesCsv
 from experiments.run.progress import ProgressLine, labml_console_above, quiet_labml_banner
-from experiments.run.report import next_commands, resume_command, start_lines, summary_line
+from experiments.run.report import earlier_wall_time, next_commands, resume_command, start_lines, summary_line
 from experiments.run.resume import checked_machines
 from experiments.run.stopping import AFTER_UPDATE, BEFORE_TRAINING, GracefulStop
 from experiments.run.updates_csv import UpdatesCsv
@@ -73,6 +74,7 @@ class TrainingRun:
         self.run_dir = Path()  # known once labml has created the run
         self.started = time.perf_counter()
         self.first_update = self.first_steps = 0  # where this session's training began (for its steps/s)
+        self.earlier_s = 0.0  # the wall time of the run's earlier legs
         # Every machine that trained this run: a seed is the same run only on one machine
         # (machine_fingerprint), so curves can tell paired seeds from independent draws.
         self.machines: list[dict[str, str]] = checked_machines(resume.machines) if resume is not None else []
@@ -105,11 +107,13 @@ class TrainingRun:
                 return self._stopped_at_start(trainer)
             self.stop.plan = AFTER_UPDATE
             self.first_update, self.first_steps = trainer.update, trainer.env_steps
+            self.earlier_s = earlier_wall_time(self.run_dir / "summary.json") if self.resume is not None else 0.0
             games = GamesCsv(self.run_dir / "games.csv", keep=trainer.records.games)
             publish(self.run_dir / "games.csv")
             updates = UpdatesCsv(self.run_dir / "updates.csv", keep=trainer.update)
             publish(self.run_dir / "updates.csv")
             self._summary(trainer, status="running")
+            unforeseen = False
             try:
                 self._train(trainer, live, games, updates, device)
             except FAULTS as fault:
@@ -123,14 +127,18 @@ class TrainingRun:
                 self.error = str(e)
             except Exception as e:  # unforeseen: still named in summary.json, then raised
                 self.error = f"{type(e).__name__}: {e}"
+                unforeseen = True
                 raise
             finally:
                 games.append(trainer.records.take_finished())  # those of an update cut short, too
                 games.close()
                 updates.close()
                 summary = self._summary(trainer)
+                # Reported before labml sends the run's end, so the run page's console ends with it.
+                result = None if unforeseen else self._report(summary)
                 self._finish_dashboard()
-        return self._report(summary)
+        assert result is not None
+        return result
 
     def _stopped_at_start(self, trainer: Trainer) -> RunResult:
         """A stop before the first update of this session: nothing was trained, so nothing is
@@ -188,6 +196,8 @@ class TrainingRun:
         quiet_labml_banner()
         progress = ProgressLine(trainer.update, trainer.env_steps, config.last_update, self.started)
         with progress:
+            if config.dashboard and self.resume is not None:  # its earlier updates first (dashboard_history.py)
+                send_history(config.dashboard, str(self.run_uuid), self.run_dir / "updates.csv", trainer.update)
             experiment.start()  # its end is reported by _finish_dashboard, with the run's real status
             tracker.set_global_step(trainer.env_steps)
             boundary: Checkpoint | None = None  # the state before the update in progress
@@ -265,7 +275,9 @@ class TrainingRun:
             "precision": precision_of(trainer.model.compute_dtype),  # what `auto` became here
             "machines": self.machines,
             "sps": (trainer.env_steps - self.first_steps) / elapsed if trainer.update > self.first_update else None,
-            "wall_time_s": elapsed,
+            "wall_time_s": elapsed,  # this leg's; the run's, all legs together:
+            "run_wall_time_s": self.earlier_s + elapsed,
+            "leg_env_steps": trainer.env_steps - self.first_steps,
             "checkpoint": str(checkpoint) if checkpoint else None,
             "run_dir": str(self.run_dir),
         }

@@ -117,12 +117,20 @@ class ProgressLine:
             pass
 
 
+# What labml's sender prints while it delivers a finished run's last packets. They would be the
+# last lines of the run page's console (labml sends its console there), after the run's summary;
+# a dashboard that does not take them in time gets the run's own warning (dashboard/client.py).
+SENDER_NOTICES = ("Still updating labml server", "Updating App. Please wait", "Finished updating LabML App")
+
+
 class _Above(Destination):
-    """labml's console output as whole lines through `console.say` (above the progress line)."""
+    """labml's console output as whole lines through `console.say` (above the progress line),
+    without its sender's notices (SENDER_NOTICES)."""
 
     def log(self, parts: list[Any], *, is_new_line: bool = True, is_reset: bool = True) -> None:
         text = "".join(part if isinstance(part, str) else part[0] for part in parts).strip("\n")
-        if text.strip():  # labml's blank separator lines and its bare carriage returns are dropped
+        # labml's blank separator lines and its bare carriage returns are dropped
+        if text.strip() and not text.strip().startswith(SENDER_NOTICES):
             console.say(text)
 
 

@@ -1,7 +1,7 @@
 """What a run says when it starts (what it will do, and where) and when it ends: a short summary
 and the exact commands to go on with.
 
-    completed: 98 of 98 updates · 100,352 agent steps in 0:03:41 (454 steps/s) · score 2.9 (last 100 of 130 games)
+    completed: update 98 of 98 · 100,352 agent steps in 0:03:41 (454 steps/s, start-up included) · score 2.9 (mean of the last 100 of 130 games)
     next:
       watch it play, 10 games, the first filmed:  python -m experiments.evaluate --run 6f1c… --video runs/…/evaluate.mp4
       …
@@ -12,6 +12,8 @@ pasted as it is from the folder the run was started in.
 
 from __future__ import annotations
 
+import json
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -83,13 +85,40 @@ def start_lines(config: PPOConfig, run_uuid: str, run_dir: Path, precision: str)
 
 def summary_line(summary: dict[str, Any], last_update: int, score_window: int) -> str:
     """`completed: update 97 of 97 · … · score 10.2 (mean of the last 100 of 1,873 games)`; the
-    score is over the run's `--score-window` games (`score_mean_100` is labml's name for it)."""
+    score is over the run's `--score-window` games (`score_mean_100` is labml's name for it). A
+    resumed run says this leg's steps and time, then the whole run's, each labelled."""
     score = summary["score_mean_100"]
     score_text = ("no game finished yet" if score is None
                   else f"score {score:.1f} (mean of the last {min(summary['games'], score_window):,} of {summary['games']:,} games)")
     sps = "" if summary["sps"] is None else f" ({summary['sps']:,.0f} steps/s, start-up included)"
-    return (f"{summary['status']}: update {summary['updates']:,} of {last_update:,} · {summary['env_steps']:,} agent steps "
-            f"in {hms(summary['wall_time_s'])}{sps} · {score_text}")
+    leg_steps = summary.get("leg_env_steps", summary["env_steps"])
+    run_time = summary.get("run_wall_time_s", summary["wall_time_s"])
+    if leg_steps == summary["env_steps"] and run_time == summary["wall_time_s"]:  # one leg: the run
+        steps = f"{summary['env_steps']:,} agent steps in {hms(summary['wall_time_s'])}{sps}"
+    else:  # a resumed run; the time of its earlier legs is unknown where they left no summary
+        run_steps = f"the run: {summary['env_steps']:,} agent steps" + (
+            f" in {hms(run_time)}" if run_time != summary["wall_time_s"] else "")
+        steps = f"this leg: {leg_steps:,} agent steps in {hms(summary['wall_time_s'])}{sps} · {run_steps}"
+    return f"{summary['status']}: update {summary['updates']:,} of {last_update:,} · {steps} · {score_text}"
+
+
+MAX_SUMMARY_BYTES = 1024 * 1024  # a summary.json is under 2 KB; anything far larger is not one
+
+
+def earlier_wall_time(summary_json: Path) -> float:
+    """The wall time of a run's earlier legs, from the summary.json its last leg left (0 where
+    there is none, or it is not one): what a resumed run adds its own time to."""
+    if summary_json.is_symlink() or not summary_json.is_file():  # the run folder's checks refuse those
+        return 0.0
+    try:
+        with summary_json.open("rb") as f:
+            earlier = json.loads(f.read(MAX_SUMMARY_BYTES))
+    except (OSError, ValueError):
+        return 0.0
+    seconds = earlier.get("run_wall_time_s", earlier.get("wall_time_s")) if isinstance(earlier, dict) else None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        return 0.0
+    return max(float(seconds), 0.0)
 
 
 def next_commands(summary: dict[str, Any], config: PPOConfig, dashboard: str | None) -> list[str]:
