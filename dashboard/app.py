@@ -46,8 +46,10 @@ from dashboard.labml_app_patches import (
     load_labml_app,
     present_runs,
     replace_stock_routes,
+    serialize_store_writes,
     trust_only_origin,
 )
+from dashboard.lane import StoreLane
 from dashboard.stock_api import check_stock_routes
 from dashboard.usage import MAX_RUN_BYTES, MAX_RUNS, MAX_STORE_BYTES, RunUsage
 from dashboard.videos import video_routes
@@ -57,6 +59,7 @@ from dashboard.web import answer_errors_as_json
 # merges at most 1024 points per series into one packet after an outage.  Parsing this much
 # takes milliseconds, so no request can hold the others up for long.
 DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+TRACK_PATH = "/api/v1/{labml_token}/track"  # labml's client endpoint (see `handlers`)
 
 
 @dataclass
@@ -88,6 +91,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     check_stock_routes(flask_app.app)
     replace_stock_routes(flask_app, first=[*handlers.routes(), *video_routes(settings.runs_dir)],
                          last=handlers.catch_all_routes())
+    serialize_store_writes(flask_app.app, StoreLane(), TRACK_PATH)
     drop_stock_error_middleware(flask_app)
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")
     answer_errors_as_json(flask_app.app)

@@ -16,11 +16,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from starlette.routing import BaseRoute
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute, Route
 
 from dashboard import run_display, safe_pickle, store
 from dashboard.hyperparams import HyperParamStore
+from dashboard.lane import StoreLane
 from dashboard.usage import RunUsage
 
 
@@ -158,3 +161,28 @@ def give_back_on_delete(usage: RunUsage) -> None:
         usage.forget(run_uuid)
 
     run_db.delete = delete
+
+
+
+def serialize_store_writes(app: FastAPI, lane: StoreLane, track_path: str) -> None:
+    """Put labml-app's writes in `lane`'s turns: labml's updates (`track_path`, which the
+    dashboard's handler passes to labml-app's `_update_run` and `claim_run`) in its worker thread,
+    the front-end's writes (the stock API's POST, PUT and DELETE routes) on the event loop."""
+    from labml_app import handlers
+
+    stock_update_run, stock_claim_run = handlers._update_run, handlers.claim_run
+
+    async def update_run(*args: Any, **kwargs: Any) -> Any:
+        return await lane.in_thread(stock_update_run, *args, **kwargs)
+
+    async def claim_run(*args: Any, **kwargs: Any) -> Any:
+        return await lane.in_thread(stock_claim_run, *args, **kwargs)
+
+    handlers._update_run, handlers.claim_run = update_run, claim_run
+    tracks = [r for r in app.router.routes if isinstance(r, Route) and r.path == track_path]
+    if len(tracks) != 1:
+        raise RuntimeError(f"expected one route {track_path}, found {len(tracks)}")
+    tracks[0].app = lane.admitting(tracks[0].app)
+    for route in app.router.routes:
+        if isinstance(route, APIRoute) and route.path.startswith("/api/") and (route.methods or set()) & {"POST", "PUT", "DELETE"}:
+            route.app = lane.one_writer(route.app)

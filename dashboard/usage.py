@@ -60,6 +60,7 @@ class RunUsage:
         self._lock = threading.Lock()
         self._runs: dict[str, dict[str, Any]] = self._load()
         self._total = sum(int(entry.get("bytes", 0)) for entry in self._runs.values())
+        self._held: dict[str, int] = {}  # checked, not yet recorded (see `check`)
 
     def _load(self) -> dict[str, dict[str, Any]]:
         return read_json_object(self._path, "a usage file")
@@ -77,24 +78,36 @@ class RunUsage:
         return total, new_series
 
     def check(self, run_uuid: str, charged: int) -> None:
-        # Nothing awaits between `check` and `record` in the /track handler (labml-app's update is
-        # synchronous), so two requests cannot both pass a cap that only one fits under.
+        """Refuse (413) what would pass a cap; otherwise hold `charged` for the run until `record`.
+
+        Requests are checked one at a time while labml-app's updates may wait their turn
+        (`labml_app_patches.serialize_updates`), so what is checked is held at once: two
+        requests cannot both pass a cap that only one fits under.  A request whose update then
+        fails keeps its share held until a restart (it errs on the side of the caps).
+        """
         with self._lock:
-            runs, total, new = len(self._runs), self._total, run_uuid not in self._runs
-        if new and runs >= self.max_runs:
-            raise BadRequest(413, f"the store holds {runs} runs, the most --max-runs allows; delete runs "
-                                  f"or restart the dashboard with a larger --max-runs")
-        used = self.used(run_uuid)
-        if used + charged > self.max_run_bytes:
-            raise BadRequest(413, f"run {run_uuid} has stored {used} bytes and this request adds {charged}; "
-                                  f"a run may store at most {self.max_run_bytes} bytes")
-        if total + charged > self.max_store_bytes:
-            raise BadRequest(413, f"the store holds {total} bytes and this request adds {charged}; it may hold "
-                                  f"at most {self.max_store_bytes} bytes (--max-store-mb); delete runs or "
-                                  f"restart the dashboard with a larger --max-store-mb")
+            new = run_uuid not in self._runs and run_uuid not in self._held
+            runs = len(self._runs.keys() | self._held.keys())
+            used = int(self._runs.get(run_uuid, {}).get("bytes", 0)) + self._held.get(run_uuid, 0)
+            total = self._total + sum(self._held.values())
+            if new and runs >= self.max_runs:
+                raise BadRequest(413, f"the store holds {runs} runs, the most --max-runs allows; delete runs "
+                                      f"or restart the dashboard with a larger --max-runs")
+            if used + charged > self.max_run_bytes:
+                raise BadRequest(413, f"run {run_uuid} has stored {used} bytes and this request adds {charged}; "
+                                      f"a run may store at most {self.max_run_bytes} bytes")
+            if total + charged > self.max_store_bytes:
+                raise BadRequest(413, f"the store holds {total} bytes and this request adds {charged}; it may hold "
+                                      f"at most {self.max_store_bytes} bytes (--max-store-mb); delete runs or "
+                                      f"restart the dashboard with a larger --max-store-mb")
+            self._held[run_uuid] = self._held.get(run_uuid, 0) + charged
 
     def record(self, run_uuid: str, charged: int, new_series: list[str]) -> None:
+        """The run has stored what `check` held for it."""
         with self._lock:
+            held = self._held.pop(run_uuid, 0) - charged
+            if held:
+                self._held[run_uuid] = held  # other requests of the run still under way
             if not charged and run_uuid in self._runs:
                 return  # most packets only extend known series: nothing to write
             entry = self._runs.setdefault(run_uuid, {"bytes": 0, "series": []})
@@ -106,6 +119,7 @@ class RunUsage:
     def forget(self, run_uuid: str) -> None:
         """Give a deleted run's share back."""
         with self._lock:
+            self._held.pop(run_uuid, None)
             entry = self._runs.pop(run_uuid, None)
             if entry is not None:
                 self._total -= int(entry.get("bytes", 0))

@@ -81,3 +81,30 @@ def test_the_store_cannot_grow_past_its_caps(tmp_path: Path, no_leftover_process
         assert dashboard.terminate() == 0
     finally:
         dashboard.kill()
+
+
+def test_concurrent_new_runs_cannot_pass_the_run_cap(tmp_path: Path, no_leftover_processes: None) -> None:
+    # labml-app stores each update in a worker thread, one at a time, so many requests are checked
+    # while others are still being stored: what passed the check is held at once.
+    dashboard = Dashboard(tmp_path, options=("--max-runs", "5"))
+    answers: dict[str, int] = {}
+    try:
+        dashboard.wait_ready()
+
+        def flood() -> None:
+            for _ in range(4):
+                run = new_uuid()
+                answers[run] = send_json(dashboard, "POST", track_path(run), {"name": "flood"})[0]
+
+        threads = [threading.Thread(target=flood) for _ in range(10)]
+        for thread in threads:
+            thread.start()
+        assert dashboard.request("GET", "/")[0] == 200  # answered meanwhile
+        for thread in threads:
+            thread.join()
+        accepted = sorted(run for run, status in answers.items() if status == 200)
+        assert sorted(answers.values()) == [200] * 5 + [413] * 35, answers
+        assert sorted(run_uuids(dashboard)) == accepted
+        assert dashboard.terminate() == 0
+    finally:
+        dashboard.kill()
