@@ -111,3 +111,19 @@ def test_a_crafted_store_file_runs_nothing(tmp_path: Path, no_leftover_processes
         assert restarted.output.count("Traceback") <= 1, restarted.output  # once a minute at most
     finally:
         restarted.kill()
+
+
+def test_records_from_mongodb_are_read_as_data_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # With --mongo, labml-app's own driver unpickles each record; the dashboard makes it read as the file store does.
+    monkeypatch.setenv("LABML_APP_SERVER_IP", "127.0.0.1")  # labml_app.settings reads these at import
+    monkeypatch.setenv("LABML_APP_SERVER_PORT", "5005")
+    from labml_app import db
+
+    # The stock staticmethod comes back after the test.
+    monkeypatch.setattr(db.MongoPickleDbDriver, "_from_dump", db.MongoPickleDbDriver.__dict__["_from_dump"])
+    safe_pickle.use_in_mongo_driver()
+    marker = tmp_path / "marker"
+    for record in gadgets(marker):
+        assert db.MongoPickleDbDriver._from_dump({"data": pickle.dumps(record)}) is None
+        assert not marker.exists()
+    assert db.MongoPickleDbDriver._from_dump({"data": pickle.dumps({"runs": {"a", "b"}})}) == {"runs": {"a", "b"}}
