@@ -94,7 +94,6 @@ def exploit_and_explore(population: Population, update: int, failures: dict[int,
     quarter = max(1, n // 4)
     top = order[:quarter]
     losers = sorted((set(order[-quarter:]) | {m for m, why in failures.items() if why}) - set(top))
-    url = population.fixed["dashboard"].split("/api/")[0]
     rows = []
     for i, member in enumerate(losers):
         donor = top[i % quarter]
@@ -103,16 +102,27 @@ def exploit_and_explore(population: Population, update: int, failures: dict[int,
             raise RuntimeError(f"member {member} has no checkpoint to copy member {donor}'s learner into "
                                f"({failures.get(member) or 'no run folder'})")
         changes = exploit(run_dir, donor_dir, population.explore, np.random.default_rng([population.members[member]["seed"], update]))
-        note = ""
-        try:
-            set_hyperparams(url, population.members[member]["run_uuid"], changes)
-        except DashboardError as e:
-            note = f" (not delivered: {e})"
+        population.unqueued[str(member)] = changes  # queued on the dashboard once its next segment runs
         say(f"  member {member} ({_score(scores[member])}) takes member {donor}'s weights, Adam state and schedule "
             f"position ({_score(scores[donor])}) at update {update}, keeps its own games and seeds; "
-            f"queued {changes_text(changes)}{note}")
-        rows.append({"update": update, "member": member, "copied_from": donor, "changes": changes_text(changes) + note})
+            f"its live values become {changes_text(changes)}")
+        rows.append({"update": update, "member": member, "copied_from": donor, "changes": changes_text(changes)})
     return rows
+
+
+def queue_on_dashboard(population: Population, member: int, changes: dict[str, Any]) -> bool:
+    """Queue `changes` for the member as `experiments.tweak` does; False while the dashboard does not
+    see its run running yet (409), True once taken, or given up on (said)."""
+    try:
+        set_hyperparams(population.fixed["dashboard"].split("/api/")[0], population.members[member]["run_uuid"], changes)
+    except DashboardError as e:
+        if e.status == 409:
+            return False
+        say(f"  warning: member {member}'s values {changes_text(changes)} could not be queued on the dashboard ({e}); "
+            "they are in use all the same (its checkpoint holds them)")
+        return True
+    say(f"  member {member}: {changes_text(changes)} queued on the dashboard (in use since its segment began)")
+    return True
 
 
 def _score(score: float | None) -> str:
@@ -146,7 +156,7 @@ def run(population: Population, address: str | None) -> int:
             while population.generation < len(targets):
                 target = targets[population.generation]
                 say(f"segment {population.generation + 1}/{len(targets)}: every member to update {target}")
-                failures = run_segment(population, target, say)
+                failures = run_segment(population, target, lambda m, c: queue_on_dashboard(population, m, c), say)
                 last = population.generation == len(targets) - 1
                 blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
                 try:  # a generation's copies, its rows and its count are done whole, or not at all
@@ -157,6 +167,9 @@ def run(population: Population, address: str | None) -> int:
                 finally:
                     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 plot(folder / "lineage.png", read_rows(lineage), [population.run_dir(m) or folder for m in range(len(population.members))])
+            for member, changes in population.unqueued.items():
+                say(f"  note: member {member}'s run ended before the dashboard saw it running: {changes_text(changes)} "
+                    "was never queued there (its checkpoint holds them; updates.csv shows them)")
             code = 0 if not any(failures.values()) else 1
         except KeyboardInterrupt:
             say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")

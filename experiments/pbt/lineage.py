@@ -53,7 +53,8 @@ def plot(path: Path, lineage: list[dict[str, str]], run_dirs: list[Path]) -> Non
         if not donor:
             continue
         start, end = curves.get(int(donor), {}).get(update), curves.get(member, {}).get(update)
-        top.axvline(update, color="0.85", linewidth=0.8, zorder=0)
+        for axes in (top, bottom):
+            axes.axvline(update, color="0.85", linewidth=0.8, zorder=0)
         if start is not None and end is not None:
             top.annotate("", (update, end), (update, start), arrowprops={"arrowstyle": "->", "color": f"C{member % 10}"})
     top.set_ylabel("score_mean_100")

@@ -39,6 +39,7 @@ class Population:
     max_retries: int
     private_dashboard: bool
     generation: int = 0  # exploit/explore rounds done
+    unqueued: dict[str, dict[str, Any]] = field(default_factory=dict)  # member → explored values not yet on the dashboard
     stopped: list[str] = field(default_factory=list)  # why a session ended early, for the record
 
     @property
@@ -79,8 +80,12 @@ def run_member(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     return run_trial(overrides, run_uuid)
 
 
-def run_segment(population: Population, target: int, log: Callable[[str], None]) -> dict[int, str | None]:
+def run_segment(population: Population, target: int, queue: Callable[[int, dict[str, Any]], bool],
+                log: Callable[[str], None]) -> dict[int, str | None]:
     """Run every member to update `target` on Ray, in parallel; {member: why it failed, or None}.
+
+    The dashboard takes a live change only for a run that is running, so a member's explored values
+    are queued (`queue(member, values)`: True once taken, or given up) while its segment runs.
 
     Ctrl-C (KeyboardInterrupt here): each running member is asked to stop as a person's Ctrl-C
     asks a run (ray.cancel without force raises SIGINT's handler in the member's process: it
@@ -101,7 +106,14 @@ def run_segment(population: Population, target: int, log: Callable[[str], None])
         running[task.remote(overrides, spec["run_uuid"])] = member
     try:
         while running:
-            done, _ = ray.wait(list(running), num_returns=1)
+            for member in set(running.values()) & {int(m) for m in population.unqueued}:
+                if queue(member, population.unqueued[str(member)]):
+                    del population.unqueued[str(member)]
+                    population.save()
+            waiting = bool(set(running.values()) & {int(m) for m in population.unqueued})
+            done, _ = ray.wait(list(running), num_returns=1, timeout=0.05 if waiting else None)
+            if not done:
+                continue
             member = running.pop(done[0])
             try:
                 result = ray.get(done[0])
