@@ -197,6 +197,7 @@ def test_explore_stays_in_the_configs_ranges(values: dict[str, Any], low: dict[s
     (["--population", "2", "--interval", "0"], "--interval 0: expected an integer ≥ 1"),
     (["--population", "2", "--interval", "6"], "--interval 6: expected an integer from 1 to 5"),
     (["--population", "2", "--interval", "2", "--explore", "gamma"], "--explore gamma: expected distinct live"),
+    (["--resume", "/nonexistent/pbt-x"], "--resume /nonexistent/pbt-x: expected a population folder (one holding population.json)"),
 ])
 def test_bad_population_or_interval_is_one_line_before_ray_starts(args: list[str], message: str, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
@@ -243,3 +244,14 @@ def test_version_and_help_name_the_command(capsys: pytest.CaptureFixture[str]) -
         assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("breakout-ppo ") and "usage: breakout-ppo pbt [-h]" in out and "--population N" in out
+
+
+def test_a_resumed_population_keeps_its_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "population.json").write_text("{}")
+    for extra, option in ((["--interval", "5"], "--interval"), (["--learning-rate", "1e-3"], "--learning-rate")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--resume", str(tmp_path), *extra])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.strip().splitlines() == [f"error: {option}: a resumed population keeps its own settings "
+                                            "(only --ray-address may be given with --resume)"], err

@@ -75,7 +75,8 @@ def run_member(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     `stop_after_env_steps`. The process of its previous segment may still be exiting after it
     returned; the run is resumed once that process has let go of it."""
     run_dir = find_run(Path(overrides["data_dir"]), run_uuid)
-    while run_dir is not None and running_pid(run_dir) not in (None, os.getpid()):
+    deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)
+    while run_dir is not None and running_pid(run_dir) not in (None, os.getpid()) and time.monotonic() < deadline:
         time.sleep(0.05)  # the previous segment's process ends by itself
     return run_trial(overrides, run_uuid)
 
