@@ -17,6 +17,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from configs.fields import Within
 from configs.ppo import SECTIONS, ConfigError, PPOConfig, config_fields, section_of, validate
 from configs.version import NAME, VERSION
 
@@ -125,11 +126,46 @@ class OneLineParser(argparse.ArgumentParser):
         return f"{message}; did you mean {guess}?" if guess else message
 
     def error(self, message: str) -> NoReturn:
-        self.fail(message)
+        # argparse's "argument --seeds: x: expected …" (from `int_in`/`float_in`) as this
+        # project's "--seeds x: expected …"; its own "invalid choice: …" as "--peer invalid choice: …".
+        self.fail(re.sub(r"^argument (--[a-z0-9-]+)(?:/\S+)?: ", r"\1 ", message))
 
     def fail(self, message: str) -> NoReturn:
         """Report a bad value found after parsing the way argparse's own errors are reported."""
         usage_error(message, self.prog if self.name_in_errors else None)
+
+
+def _shown(text: str) -> str:
+    """A value as an error line shows it: as typed, or quoted where that would hide it ('' or a newline)."""
+    return text if text.strip() == text and text.isprintable() and text else repr(text)
+
+
+def int_in(low: int, high: int) -> typing.Callable[[str], int]:
+    """An argparse `type`: an integer from `low` to `high`, else "--option TEXT: expected an
+    integer from LOW to HIGH" (one line, exit 2). Every integer option of every command has such a
+    range: one past what the machine or the arithmetic can take is refused before anything starts."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected an integer from {low:_} to {high:_}")
+        return value
+    return parse
+
+
+def float_in(low: float, high: float, low_open: bool = False) -> typing.Callable[[str], float]:
+    """An argparse `type`: a finite number in [low, high] (or (low, high] with `low_open`)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not ((low < value if low_open else low <= value) and value <= high):  # NaN fails both
+            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected a number {'>' if low_open else '≥'} {low:g} and ≤ {high:g}")
+        return value
+    return parse
 
 
 def _parse_bool(text: str) -> bool:
@@ -197,10 +233,14 @@ def build_parser(prog: str, description: str) -> OneLineParser:
     groups = {title: parser.add_argument_group(title) for title in SECTIONS}
     for f in config_fields():
         live = " [live]" if f.metadata["live"] else ""
+        check = f.metadata["check"]
+        shown_range = f" [{check.shown}]" if isinstance(check, Within) else ""  # every number's range, as validate checks it
+        text, own_default, default_note = f.metadata["help"].partition(" (default:")  # a none default's note stays last
         # A none default is explained by the field's own help ("(default: none, never)").
         default = "" if f.default is None else f" (default: {shown_default(f.default)})"
         groups[section_of(f.name)].add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
-                           metavar=f.metadata["metavar"] or placeholder(hints[f.name]), help=f"{f.metadata['help']}{live}{default}")
+                           metavar=f.metadata["metavar"] or placeholder(hints[f.name]),
+                                                   help=f"{text}{shown_range}{own_default}{default_note}{live}{default}")
     return parser
 
 
@@ -284,6 +324,8 @@ __all__ = [
     "config_from_overrides",
     "docstring_help",
     "fail",
+    "float_in",
+    "int_in",
     "overrides_from_args",
     "parse_config",
     "spell_game",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 # ---- per-field constraints -------------------------------------------------------------------
@@ -40,6 +40,53 @@ def not_empty(v: Any) -> str | None:
 def device_name(v: Any) -> str | None:
     """How `--device` is spelled; whether that device is here is torch's to say (`ppo.devices.resolve_device`)."""
     return None if v in ("auto", "cpu", "cuda") or (isinstance(v, str) and re.fullmatch(r"cuda:[0-9]+", v)) else "auto, cpu, cuda or cuda:N"
+
+
+@dataclass(frozen=True)
+class Within:
+    """A value from `low` to `high` (above `low` with `low_open`), or none where `optional`: every
+    number a run counts, sizes or waits by has an upper end too, one the machine and the arithmetic
+    can take (a count past 64 bits, a thread pool of 100,000, a buffer larger than the memory), so a
+    value past it is one line before anything starts. --help shows the range (`shown`)."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    optional: bool = False
+
+    @property
+    def shown(self) -> str:
+        """The range as --help and the refusal write it: `1 to 256`, `> 0 and ≤ 86400`."""
+        # Integers grouped as Python writes them (10_000_000), which the command line reads back too.
+        low, high = (f"{x:_}" if isinstance(x, int) else f"{x:g}" for x in (self.low, self.high))
+        return f"> {low} and ≤ {high}" if self.low_open else f"{low} to {high}"
+
+    def __call__(self, v: Any) -> str | None:
+        if v is None and self.optional:
+            return None
+        if (self.low < v if self.low_open else self.low <= v) and v <= self.high:
+            return None
+        integral = isinstance(self.low, int) and isinstance(self.high, int)
+        kind = "an integer" if integral else "a number"
+        return f"{kind} {'' if self.low_open else 'from '}{self.shown}" + (", or none" if self.optional else "")
+
+
+MAX_SEED = 2**63 - 1  # seeds are kept as int64 (numpy, torch)
+# Agent steps of a run: far past any Atari budget (10M to 200M), and a count every int64 and every
+# float64 (exact to 2**53) holds, whatever it is multiplied by in between.
+MAX_ENV_STEPS = 10**13
+MAX_UPDATES = 10**9
+MAX_WORKERS = 4096  # worker processes or Ray actors of one run; a local run is held to its cores too (configs/ppo.py)
+MAX_THREADS = 256  # torch's thread pools: far past any machine's cores (100,000 crashes the process)
+MAX_PATH = 4096  # Linux's PATH_MAX; one name in it at most 255 bytes (NAME_MAX)
+
+
+def folder_path(v: Any) -> str | None:
+    """A path the run can create: not empty, no NUL, at most MAX_PATH bytes, each name ≤ 255 bytes."""
+    text = str(v)
+    if not text.strip() or "\0" in text or len(text.encode()) > MAX_PATH or any(len(part.encode()) > 255 for part in text.split("/")):
+        return f"a folder path (not empty, at most {MAX_PATH} bytes, each name in it at most 255)"
+    return None
 
 
 PRECISIONS = ("auto", "fp32", "bf16")

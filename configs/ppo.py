@@ -19,12 +19,19 @@ from typing import Any
 
 from configs.fields import (
     BACKENDS,
+    MAX_ENV_STEPS,
+    MAX_SEED,
+    MAX_THREADS,
+    MAX_UPDATES,
+    MAX_WORKERS,
     PRECISIONS,
     RELAUNCHES,
     ConfigError,
+    Within,
     braced,
     device_name,
     folder_name,
+    folder_path,
     hp,
     non_negative,
     not_empty,
@@ -35,6 +42,7 @@ from configs.fields import (
     precision_name,
     unit_interval,
 )
+from configs.machine import local_workers_problem, rollout_problem, url_problem
 
 
 @dataclass
@@ -42,7 +50,7 @@ class PPOConfig:
     # ---- the game ----
     game: str = hp("Breakout", "ALE game name (Pong, Seaquest, …; any case) or gymnasium id; always no frame-skip, no sticky actions",
                    not_empty, metavar="GAME")
-    noop_max: int = hp(30, "up to this many random no-op frames after each reset (Mnih et al. 2015)", non_negative)
+    noop_max: int = hp(30, "up to this many random no-op frames after each reset (Mnih et al. 2015)", Within(0, 10_000))
     fire_on_reset: bool = hp(True, "launch the ball after reset and after each lost life, so the agent cannot learn to stall")
     relaunch: str = hp("fire", "how: fire, or noop-fire-right as SB3's AtariWrapper (NOOP, FIRE, RIGHT after a lost "
                                "life; FIRE, RIGHT after a reset)", one_of(*RELAUNCHES), metavar=braced(RELAUNCHES))
@@ -50,28 +58,30 @@ class PPOConfig:
     reset_stack_on_life_loss: bool = hp(False, "after a lost life, fill the frame stack with the relaunch frame, as after a reset "
                                                "(baselines/SB3 zero it); off: the stack keeps the last life's frames")
     clip_rewards: bool = hp(True, "learner's reward = sign(reward), one scale for all games (Mnih et al. 2015)")
-    frame_skip: int = hp(4, "emulator frames per agent step, max-pooled over the last two", positive)
-    frame_stack: int = hp(4, "processed 84×84 frames stacked into one observation", positive)
-    max_episode_frames: int = hp(108_000, "truncate a game after this many frames (30 min at 60 Hz; Machado et al. 2018)", positive)
+    frame_skip: int = hp(4, "emulator frames per agent step, max-pooled over the last two", Within(1, 64))
+    frame_stack: int = hp(4, "processed 84×84 frames stacked into one observation", Within(1, 64))
+    max_episode_frames: int = hp(108_000, "truncate a game after this many frames (30 min at 60 Hz; Machado et al. 2018)", Within(1, MAX_UPDATES))
 
     # ---- rollouts ----
     n_workers: int = hp(8, "env worker processes (baselines ppo2: 8 envs). Without this and --envs-per-worker a local run "
                            "groups its 8 games by the usable cores: 1 core → 1 process × 8 games, 2–3 → 2 × 4, 4–7 → 4 × 2, "
-                           "8 or more → 8 × 1 (grouped_for_cores)", positive)
-    envs_per_worker: int = hp(1, "games stepped by each worker process; games = n_workers × envs_per_worker", positive)
-    worker_steps: int = hp(128, "steps per env per rollout (ppo2 nsteps)", positive)
+                           "8 or more → 8 × 1 (grouped_for_cores); a local run takes at most 8 a usable core (16 at least)",
+                       Within(1, MAX_WORKERS))
+    envs_per_worker: int = hp(1, "games stepped by each worker process; games = n_workers × envs_per_worker", Within(1, 1024))
+    worker_steps: int = hp(128, "steps per env per rollout (ppo2 nsteps)", Within(1, 100_000))
     backend: str = hp("local", "env workers: local (processes here), ray (Ray actors; pip install -e .[ray]) or serial (in the trainer's process)",
                       one_of(*BACKENDS), run_option=True, metavar=braced(BACKENDS))
     ray_address: str | None = hp(None, "--backend ray: cluster to join: auto, HOST:PORT or ray://HOST:PORT (default: none, a private local Ray)",
                                  run_option=True, metavar="ADDRESS")
-    ray_cpus_per_worker: float = hp(1.0, "--backend ray: CPUs Ray reserves per env actor (fractions pack actors per core)", positive, run_option=True)
+    ray_cpus_per_worker: float = hp(1.0, "--backend ray: CPUs Ray reserves per env actor (fractions pack actors per core)",
+                                      Within(0.0, 1024.0, low_open=True), run_option=True)
 
     # ---- optimisation ----
-    total_env_steps: int = hp(10_000_000, "agent steps (not frames) over the run, as in the PPO paper's 10M", positive)
+    total_env_steps: int = hp(10_000_000, "agent steps (not frames) over the run, as in the PPO paper's 10M", Within(1, MAX_ENV_STEPS))
     stop_after_env_steps: int | None = hp(None, "end the run once this many agent steps are taken, the schedules still spanning "
                                                 "total_env_steps (a learning curve at a budget) (default: none, the whole schedule)",
-                                          optional_positive, run_option=True)
-    updates: int | None = hp(None, "number of updates (default: derived, total_env_steps // batch_size)", optional_positive)
+                                          Within(1, MAX_ENV_STEPS, optional=True), run_option=True)
+    updates: int | None = hp(None, "number of updates (default: derived, total_env_steps // batch_size)", Within(1, MAX_UPDATES, optional=True))
     epochs: int = hp(4, "passes over each rollout (ppo2 noptepochs)", positive, live=(1, 32))
     minibatches: int = hp(4, "minibatches per epoch; must divide the batch (ppo2 nminibatches)", positive)
     gamma: float = hp(0.99, "discount factor", unit_interval)
@@ -95,10 +105,10 @@ class PPOConfig:
     target_kl: float | None = hp(None, "stop the epochs early once approximate KL exceeds this (default: none, never)", optional_positive)
 
     # ---- the run ----
-    seed: int = hp(0, "run seed: derives every env seed and the trainer's numpy/torch seeds", non_negative)
+    seed: int = hp(0, "run seed: derives every env seed and the trainer's numpy/torch seeds", Within(0, MAX_SEED))
     device: str = hp("auto", "auto (CUDA when present), cpu, cuda or cuda:N", device_name, run_option=True, metavar="DEVICE")
-    torch_threads: int = hp(0, "trainer's torch threads for optimisation; 0 = one per core", non_negative, run_option=True)
-    sample_threads: int = hp(1, "torch threads for inference while sampling (a batch of n_envs is too small to split)", positive, run_option=True)
+    torch_threads: int = hp(0, "trainer's torch threads for optimisation; 0 = one per core", Within(0, MAX_THREADS), run_option=True)
+    sample_threads: int = hp(1, "torch threads for inference while sampling (a batch of n_envs is too small to split)", Within(1, MAX_THREADS), run_option=True)
     overlap_sampling: bool = hp(True, "step half the workers while the network acts for the other half (needs ≥ 2 workers)", run_option=True)
     precision: str = hp("auto", "the network's arithmetic: fp32, or bf16 autocast of forward and backward (weights and Adam "
                                 "stay fp32; CPUs with AVX512-BF16/AMX, CUDA); auto = fp32: bf16 is faster where the hardware computes it, but "
@@ -106,14 +116,16 @@ class PPOConfig:
                         metavar=braced(PRECISIONS))
     channels_last: bool = hp(True, "NHWC convolutions: same results, faster on CPU (oneDNN) and on tensor cores", run_option=True)
     name: str = hp("breakout", "labml experiment name (a folder under data_dir)", folder_name, metavar="NAME")
-    data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", not_empty, run_option=True, metavar="DIR")
-    checkpoint_every: int = hp(50, "checkpoint every this many updates (and always at the end); 0 = only at the end", non_negative, run_option=True)
-    score_window: int = hp(100, "games averaged for the reported score (the Atari convention: last 100)", positive)
-    max_worker_restarts: int = hp(3, "a worker that fails more often than this within restart_window updates stops the run", non_negative, run_option=True)
-    restart_window: int = hp(100, "updates over which max_worker_restarts is counted", positive, run_option=True)
+    data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", folder_path, run_option=True, metavar="DIR")
+    checkpoint_every: int = hp(50, "checkpoint every this many updates (and always at the end); 0 = only at the end", Within(0, MAX_UPDATES), run_option=True)
+    score_window: int = hp(100, "games averaged for the reported score (the Atari convention: last 100)", Within(1, 100_000))
+    max_worker_restarts: int = hp(3, "a worker that fails more often than this within restart_window updates stops the run",
+                                   Within(0, 1_000_000), run_option=True)
+    restart_window: int = hp(100, "updates over which max_worker_restarts is counted", Within(1, MAX_UPDATES), run_option=True)
     skip_nonfinite: bool = hp(False, "on a NaN/inf loss skip that minibatch and count it, instead of stopping the run", run_option=True)
-    worker_timeout: float = hp(60.0, "seconds a worker may take to answer before it is declared hung", positive, run_option=True)
-    eval_video_every: int = hp(0, "film one game to run_dir/videos/update_NNNNNN.mp4 every this many updates; 0 = never", non_negative, run_option=True)
+    worker_timeout: float = hp(60.0, "seconds a worker may take to answer before it is declared hung", Within(0.0, 86_400.0, low_open=True), run_option=True)
+    eval_video_every: int = hp(0, "film one game to run_dir/videos/update_NNNNNN.mp4 every this many updates; 0 = never",
+                                Within(0, MAX_UPDATES), run_option=True)
     dashboard: str | None = hp(None, "labml dashboard to send the run to: http://127.0.0.1:5005 (or a full app_url …/api/v1/default) "
                                      "(default: none, not sent)", run_option=True, metavar="URL")
 
@@ -274,8 +286,12 @@ def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None
         raise ConfigError("game", config.game, "an ALE game such as Breakout or Pong, or an id like ALE/Breakout-v5")
     _check_sizes(config)
     _check_backend(config)
-    if config.dashboard is not None and not config.dashboard.startswith(("http://", "https://")):
-        raise ConfigError("dashboard", config.dashboard, "an http(s) URL such as http://127.0.0.1:5005/api/v1/default")
+    if config.backend == "local" and (problem := local_workers_problem(config.n_workers)):
+        raise ConfigError("n_workers", config.n_workers, problem)
+    if problem := rollout_problem(config.n_envs, config.worker_steps, config.frame_stack):
+        raise ConfigError("worker_steps", config.worker_steps, problem)
+    if config.dashboard is not None and (problem := url_problem(config.dashboard)):
+        raise ConfigError("dashboard", config.dashboard, problem)
     return config
 
 

@@ -30,6 +30,9 @@ def _notes(field: dataclasses.Field[Any]) -> str:
     live = field.metadata.get("live")
     if live is not None:
         notes.append(f"**live**, {live[0]:g} to {live[1]:g}")
+    shown = getattr(field.metadata.get("check"), "shown", None)  # configs.fields.Within: the range validate keeps
+    if shown is not None:
+        notes.append(f"from {shown}" if not shown.startswith(">") else shown)
     if field.metadata.get("run_option"):
         notes.append("run option: may change on `--resume`")
     return "; ".join(notes)

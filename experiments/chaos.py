@@ -25,8 +25,10 @@ from typing import Any
 
 import torch
 
-from configs.cli import OneLineParser, docstring_help, fail
+from configs.cli import OneLineParser, config_from_overrides, docstring_help, fail, int_in
+from configs.fields import MAX_SEED, ConfigError
 from experiments.run import process_table
+from experiments.run.preflight import check_can_start
 from ppo.checkpoint import load_checkpoint
 
 MARK = "BREAKOUT_CHAOS_MARK"
@@ -135,15 +137,18 @@ PROG = "python -m experiments.chaos"
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     description, epilog = docstring_help(__doc__)  # the docstring is Markdown; --help prints it plain
     parser = OneLineParser(prog=prog, description=description, epilog=epilog)
-    parser.add_argument("--updates", type=int, default=12, metavar="INT", help="updates per run (default: 12)")
-    parser.add_argument("--interruptions", type=int, default=2, metavar="INT", help="SIGTERM + resume cycles per leg (default: 2)")
-    parser.add_argument("--kills", type=int, default=3, metavar="INT", help="workers SIGKILLed in the second leg (default: 3)")
-    parser.add_argument("--seed", type=int, default=0, metavar="INT", help="seeds the runs and the chaos (default: 0)")
+    parser.add_argument("--updates", type=int_in(1, 10_000), default=12, metavar="INT", help="updates per run, 1 to 10_000 (default: 12)")
+    parser.add_argument("--interruptions", type=int_in(0, 100), default=2, metavar="INT",
+                        help="SIGTERM + resume cycles per leg, 0 to 100 (default: 2)")
+    parser.add_argument("--kills", type=int_in(0, 100), default=3, metavar="INT", help="workers SIGKILLed in the second leg, 0 to 100 (default: 3)")
+    parser.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, metavar="INT", help="seeds the runs and the chaos (default: 0)")
     parser.add_argument("--data-dir", default=None, metavar="DIR", help="where the runs go (default: a temporary folder)")
     args = parser.parse_args(argv)
-    for name in ("updates", "interruptions", "kills"):
-        if getattr(args, name) < (1 if name == "updates" else 0):
-            fail(f"--{name} {getattr(args, name)}: expected an integer ≥ {1 if name == 'updates' else 0}")
+    if args.data_dir is not None:
+        try:  # the runs' own check, before the first of them starts
+            check_can_start(config_from_overrides({"data_dir": args.data_dir, "device": "cpu"}))
+        except ConfigError as e:
+            fail(str(e))
 
     rng = random.Random(args.seed)
     marker = os.urandom(8).hex()

@@ -33,7 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from configs.cli import OneLineParser, docstring_help, fail
+from configs.cli import OneLineParser, docstring_help, fail, int_in
+from configs.fields import MAX_ENV_STEPS, MAX_SEED
+from configs.grouping import usable_cores
 from experiments.run.games_csv import GameRow, read_games
 from experiments.seed_runs import seed_run, train_seeds
 
@@ -190,47 +192,68 @@ def parse_runs(specs: Sequence[str]) -> dict[str, list[Path]]:
         matches = sorted({Path(p).parent for p in glob.glob(os.path.join(pattern, "**", "games.csv"), recursive=True)})
         # A PBT population's folder (python -m experiments.pbt) stands for its members' runs, which sit beside it.
         for population in glob.glob(os.path.join(pattern, "population.json")):
-            members = json.loads(Path(population).read_text())["members"]
-            matches += [run for m in members if (run := Path(population).parent.parent / m["run_uuid"]).joinpath("games.csv").is_file()]
+            try:
+                members = [str(m["run_uuid"]) for m in json.loads(Path(population).read_text())["members"]]
+            except (OSError, ValueError, KeyError, TypeError) as e:  # named, never quoted: see read_all_games
+                fail(f"--runs {spec}: {population}: not a population's record ({type(e).__name__})")
+            matches += [run for m in members if (run := Path(population).parent.parent / m).joinpath("games.csv").is_file()]
         if not matches:
             fail(f"--runs {spec}: expected run folders holding games.csv; none found under {pattern}")
         groups.setdefault(label, []).extend(matches)
     return groups
 
 
+def read_all_games(groups: Mapping[str, Sequence[Path]], specs: Sequence[str]) -> dict[Path, list[GameRow]]:
+    """Each run's games.csv. One that cannot be read is one line naming the file and what is wrong
+    with it, never its content: a run folder is input (a link in it may point anywhere)."""
+    games = {}
+    for label, dirs in groups.items():
+        where = next((f"--runs {spec}: " for spec in specs if spec.partition("=")[0] == label), "")
+        for run_dir in dirs:
+            path = run_dir / "games.csv"
+            try:
+                games[run_dir] = read_games(path)
+            except OSError as e:
+                fail(f"{where}{path}: {e.strerror or type(e).__name__}")
+            except ValueError as e:
+                fail(f"{where}{e}")
+    return games
+
+
+MAX_POINTS = 1_000_000  # points of a curve: a --grid of 1 over a long run would not fit the memory
 PROG = "python -m experiments.curves"
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    max_jobs = 4 * usable_cores()
     parser = OneLineParser(prog=prog, description=docstring_help(__doc__)[0],
                            epilog="Other options (--n-workers, --learning-rate, …) are passed on to every training run.")
     parser.add_argument("--runs", action="append", default=[], metavar="LABEL=DIR",
                         help="read existing runs instead of training: every games.csv under DIR is one seed of LABEL (repeatable)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], metavar="INT", help="seeds to train (default: 1 2 3)")
-    parser.add_argument("--total-env-steps", type=int, default=1_000_000, metavar="INT", help="the schedule's length (default: 1000000)")
-    parser.add_argument("--budget", type=int, default=500_000, metavar="INT", help="agent steps each seed is trained for (default: 500000)")
+    parser.add_argument("--seeds", type=int_in(0, MAX_SEED), nargs="+", default=[1, 2, 3], metavar="INT", help="seeds to train (default: 1 2 3)")
+    parser.add_argument("--total-env-steps", type=int_in(1, MAX_ENV_STEPS), default=1_000_000, metavar="INT",
+                        help=f"the schedule's length, 1 to {MAX_ENV_STEPS:_} (default: 1000000)")
+    parser.add_argument("--budget", type=int_in(1, MAX_ENV_STEPS), default=500_000, metavar="INT",
+                        help="agent steps each seed is trained for, at most --total-env-steps (default: 500000)")
     parser.add_argument("--peer", choices=["none", "sb3"], default="none",
                         help="also train SB3 PPO, rl-zoo Atari settings (pip install -e .[compare]) (default: none)")
-    parser.add_argument("--jobs", type=int, default=1, metavar="INT",
-                        help="runs trained at once (default: 1). Each run uses its own worker processes: on a machine with "
+    parser.add_argument("--jobs", type=int_in(1, max_jobs), default=1, metavar="INT",
+                        help=f"runs trained at once, 1 to {max_jobs} (4 a usable core) (default: 1). Each run uses its own worker processes: on a machine with "
                              "C cores give each about C / jobs of them (--n-workers, --envs-per-worker, --torch-threads)")
-    parser.add_argument("--window", type=int, default=100, metavar="INT", help="games averaged for a score (default: 100)")
-    parser.add_argument("--grid", type=int, default=10_000, metavar="INT", help="agent steps between curve points (default: 10000)")
-    parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS), metavar="INT", help="rows of the table")
-    parser.add_argument("--until", type=int, default=None, metavar="INT",
+    parser.add_argument("--window", type=int_in(1, 100_000), default=100, metavar="INT", help="games averaged for a score, 1 to 100_000 (default: 100)")
+    parser.add_argument("--grid", type=int_in(1, MAX_ENV_STEPS), default=10_000, metavar="INT",
+                        help=f"agent steps between curve points, at most {MAX_POINTS:_} points in all (default: 10000)")
+    parser.add_argument("--budgets", type=int_in(1, MAX_ENV_STEPS), nargs="+", default=list(DEFAULT_BUDGETS), metavar="INT", help="rows of the table")
+    parser.add_argument("--until", type=int_in(1, MAX_ENV_STEPS), default=None, metavar="INT",
                         help="draw and table the runs up to this many agent steps, as when runs of 1M sit beside runs of 500k "
                              "(default: as far as they go)")
     parser.add_argument("--out", default="curves", metavar="DIR", help="where curves.csv, curves.png, table.md (and trained runs) go")
     args, extra = parser.parse_known_args(argv)
     if extra and args.runs:
         fail(f"{extra[0]}: training options are only taken when training, not with --runs")
-    for name in ("total_env_steps", "budget", "window", "grid", "jobs", "until"):
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            fail(f"--{name.replace('_', '-')} {getattr(args, name)}: expected an integer > 0")
     if args.budget > args.total_env_steps:
         fail(f"--budget {args.budget}: expected at most --total-env-steps {args.total_env_steps}")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
 
     stopped: list[str] = []  # runs stopped by a signal to them alone, one line each
     if args.runs:
@@ -244,16 +267,21 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         sides = {"project": [seed_run("project", s, args, extra) for s in args.seeds]}
         if args.peer == "sb3":
             sides["SB3 PPO (rl-zoo)"] = [seed_run("sb3", s, args, []) for s in args.seeds]
+        out.mkdir(parents=True, exist_ok=True)  # the runs go under it
         trained, stopped = train_seeds([run for runs in sides.values() for run in runs], args.jobs)
         folders = iter(trained)
         groups = {label: [next(folders) for _ in runs] for label, runs in sides.items()}
 
-    games = {d: read_games(d / "games.csv") for dirs in groups.values() for d in dirs}
+    games = read_all_games(groups, args.runs)
     spans = {label: run_span(dirs, games) if args.until is None else min(run_span(dirs, games), args.until) for label, dirs in groups.items()}
     span = max(spans.values())
+    if span // args.grid > MAX_POINTS:
+        fail(f"--grid {args.grid}: expected at least {span // MAX_POINTS + 1} (the runs reach {span} agent steps: "
+             f"at most {MAX_POINTS:_} points)")
     steps = np.unique(np.concatenate([np.arange(args.grid, span + 1, args.grid), [b for b in args.budgets if b <= span]])).astype(np.int64)
     if steps.size == 0:
         fail(f"the runs reached {span} agent steps, less than one --grid step ({args.grid})")
+    out.mkdir(parents=True, exist_ok=True)
     curves = [build_curve(label, dirs, games, spans[label], steps, args.window) for label, dirs in groups.items()]
     write_csv(curves, out / "curves.csv")
     plot(curves, out / "curves.png", f"{args.window} games")

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from configs.cli import OneLineParser, bad_value, fail
+from configs.fields import MAX_SEED, MAX_UPDATES
 from configs.ppo import ConfigError
 from experiments.run.folders import checkpoint_path, find_run
 from game.atari import EpisodeStats, is_known_game
@@ -30,17 +31,18 @@ from ppo.devices import resolve_device
 from ppo.evaluation import DEFAULT_GREEDY_EPSILON, evaluation_spec, model_from_checkpoint, play_games, summarize
 
 _UUID = re.compile(r"^[0-9a-f]{32}$")
+MAX_GAMES = 100_000  # a game takes seconds to minutes: more would not end in a lifetime
 
 
-def _int(option: str, text: str | None, minimum: int, allow_none: bool = False) -> int | None:
+def _int(option: str, text: str | None, minimum: int, maximum: int, allow_none: bool = False) -> int | None:
     if text is None or (allow_none and text.strip().lower() in ("none", "null")):
         return None
-    accepted = f"an integer ≥ {minimum}" + (", or none" if allow_none else "")
+    accepted = f"an integer from {minimum:_} to {maximum:_}" + (", or none" if allow_none else "")
     try:
         value = int(text)
     except ValueError:
-        bad_value(option, text, accepted)
-    if value < minimum:
+        bad_value(option, repr(text) if not text.strip() else text, accepted)
+    if not minimum <= value <= maximum:
         bad_value(option, text, accepted)
     return value
 
@@ -139,7 +141,7 @@ def build_parser(prog: str = PROG) -> OneLineParser:
     parser.add_argument("--checkpoint", metavar="PATH", help="a checkpoint file to evaluate (alone, or with --run)")
     parser.add_argument("--data-dir", metavar="DIR", default="runs",
                         help="folder that holds the runs (default: runs)")
-    parser.add_argument("--games", metavar="N", default="10", help="whole games (all lives) to play (default: 10)")
+    parser.add_argument("--games", metavar="N", default="10", help=f"whole games (all lives) to play, 1 to {MAX_GAMES:_} (default: 10)")
     parser.add_argument("--video", metavar="PATH.mp4", default=None,
                         help="film the first game to this .mp4 (default: no video)")
     mode = parser.add_mutually_exclusive_group()
@@ -152,21 +154,21 @@ def build_parser(prog: str = PROG) -> OneLineParser:
                         help="probability of a uniformly random action instead (default "
                              f"{DEFAULT_GREEDY_EPSILON} with --greedy: breaks deterministic loops; 0 with --sample)")
     parser.add_argument("--seed", metavar="S", default="0",
-                        help="seeds the games' no-op starts and the action draws (default: 0)")
+                        help=f"seeds the games' no-op starts and the action draws, 0 to {MAX_SEED:_} (default: 0)")
     parser.add_argument("--device", metavar="DEVICE", default="auto",
                         help="auto (CUDA when present; the default), cpu, cuda or cuda:N")
     parser.add_argument("--max-steps", metavar="N", default=None,
-                        help="stop a game after N agent steps and flag it truncated "
+                        help=f"stop a game after N agent steps (1 to {MAX_UPDATES:_}) and flag it truncated "
                              "(default: none, only the run's own max_episode_frames cap)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
-    games = _int("--games", args.games, 1)
-    seed = _int("--seed", args.seed, 0)
+    games = _int("--games", args.games, 1, MAX_GAMES)
+    seed = _int("--seed", args.seed, 0, MAX_SEED)
     assert games is not None and seed is not None  # both have defaults, so never none
-    max_steps = _int("--max-steps", args.max_steps, 1, allow_none=True)
+    max_steps = _int("--max-steps", args.max_steps, 1, MAX_UPDATES, allow_none=True)
     epsilon = _epsilon(args.epsilon, args.greedy)
     device = parse_device(args.device)
     video = _video_path(args.video)

@@ -32,9 +32,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args, spell_game
+from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, float_in, int_in, overrides_from_args, spell_game
+from configs.fields import MAX_SEED, MAX_WORKERS
 from configs.ppo import ConfigError, PPOConfig
-from experiments.sweep_space import SearchSpace, SweepError, search_space
+from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
 
 PROG = "python -m experiments.sweep"
@@ -166,6 +167,8 @@ def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], P
     overrides = overrides_from_args(args)
     space, fixed_from_file = search_space(args)
     address = overrides.pop("ray_address", None)  # the sweep's cluster; trials use the sweep's connection
+    if address is not None:
+        config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
     if "ray_address" in fixed_from_file or "ray_address" in space.grid or "ray_address" in space.random:
         raise SweepError("ray_address is the sweep's cluster (--ray-address), not a trial setting")
     fixed = spell_game({**fixed_from_file, **overrides}, canonical_game)  # `--game pong` → Pong
@@ -185,8 +188,6 @@ def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], P
         raise SweepError(f"--max-concurrent {args.max_concurrent}: expected an integer ≥ 1")
     if args.max_retries < 0:
         raise SweepError(f"--max-retries {args.max_retries}: expected an integer ≥ 0")
-    if address is not None:
-        config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
     from game.vector.ray_actors import ray_installed
 
     if not ray_installed():
@@ -202,17 +203,18 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     group.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,…", help="try every value (repeatable; all combinations)")
     group.add_argument("--random", action="append", default=[], metavar="NAME=DIST",
                        help="draw from uniform:LOW:HIGH, loguniform:LOW:HIGH, randint:LOW:HIGH or choice:A,B,… (repeatable)")
-    group.add_argument("--samples", type=int, metavar="N", help="random draws per grid point (default 1, or the file's)")
-    group.add_argument("--sweep-seed", type=int, metavar="S", help="seed of the random draws (default 0)")
+    group.add_argument("--samples", type=int_in(1, MAX_TRIALS), metavar="N",
+                       help=f"random draws per grid point; at most {MAX_TRIALS:_} trials in all (default 1, or the file's)")
+    group.add_argument("--sweep-seed", type=int_in(0, MAX_SEED), metavar="S", help="seed of the random draws (default 0)")
     group.add_argument("--config", metavar="FILE.yaml", help="grid/random/samples/seed/fixed from a YAML file; the command line adds to it")
-    group.add_argument("--cpus-per-trial", type=float, metavar="C",
-                       help="CPUs Ray reserves for each trial (default: its workers + 1, the trainer)")
-    group.add_argument("--workers-per-trial", type=int, metavar="N",
+    group.add_argument("--cpus-per-trial", type=float_in(0.0, 1024.0, low_open=True), metavar="C",
+                       help="CPUs Ray reserves for each trial, > 0 and ≤ 1024 (default: its workers + 1, the trainer)")
+    group.add_argument("--workers-per-trial", type=int_in(1, MAX_WORKERS), metavar="N",
                        help="env workers of each trial, i.e. its --n-workers (default: --n-workers)")
-    group.add_argument("--max-concurrent", type=int, metavar="K",
+    group.add_argument("--max-concurrent", type=int_in(1, MAX_TRIALS), metavar="K",
                        help="run at most K trials at once (default: as many as the cluster's CPUs allow)")
-    group.add_argument("--max-retries", type=int, default=1, metavar="N",
-                       help="re-run a trial whose process or node died up to N times (it resumes from its checkpoint) (default: 1)")
+    group.add_argument("--max-retries", type=int_in(0, 100), default=1, metavar="N",
+                       help="re-run a trial whose process or node died up to N times, 0 to 100 (it resumes from its checkpoint) (default: 1)")
     group.add_argument("--csv", metavar="PATH", help="where the results table goes (default <data_dir>/<name>/sweep-<time>.csv)")
     args = parser.parse_args(argv)
     try:

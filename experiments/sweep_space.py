@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from configs.cli import value_converter
+from configs.fields import MAX_SEED
 from configs.ppo import PPOConfig, config_fields
 
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
@@ -21,6 +22,25 @@ DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 
 class SweepError(ValueError):
     """Bad sweep input: one line, exit 2."""
+
+
+# Trials of one sweep: each is a whole training run, so ten thousand is already months of machine
+# time. The grid's size is worked out from its lists before any point is made (a grid of 10^8
+# points, or samples: 1e12, is refused in one line rather than filling the memory or never ending).
+MAX_TRIALS = 10_000
+
+
+def whole_number(value: Any, where: str, low: int, high: int) -> int:
+    """`value` (a YAML scalar or command-line text) as an integer from `low` to `high`, else SweepError."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # YAML reads 1e3 as a float
+    try:
+        number = int(value) if not isinstance(value, (float, bool)) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not low <= number <= high:
+        raise SweepError(f"{where} {value!r}: expected an integer from {low:_} to {high:_}")
+    return number
 
 
 def _field_value(name: str, value: Any) -> Any:
@@ -104,18 +124,25 @@ def read_yaml(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text())
     except OSError as e:
         raise SweepError(f"--config {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise SweepError(f"--config {path}: not UTF-8 text (byte {e.start:,} cannot be decoded)") from None
     except yaml.YAMLError as e:
         raise SweepError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     data = data or {}
     unknown = set(data) - {"grid", "random", "samples", "seed", "fixed"} if isinstance(data, dict) else {"(not a mapping)"}
     if unknown:
-        raise SweepError(f"--config {path}: unknown key {sorted(unknown)[0]!r} (expected grid, random, samples, seed, fixed)")
+        raise SweepError(f"--config {path}: unknown key {sorted(map(str, unknown))[0]!r} (expected grid, random, samples, seed, fixed)")
+    for key in ("grid", "random", "fixed"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise SweepError(f"--config {path}: {key} is a {type(data[key]).__name__}, expected a mapping of NAME: VALUES")
     return data
 
 
 def search_space(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any]]:
     """(the space, fixed overrides from the YAML file); the command line wins over the file."""
-    data = read_yaml(Path(args.config)) if args.config else {}
+    if args.config is not None and not args.config.strip():
+        raise SweepError(f"--config {args.config!r}: expected the path of a YAML file")
+    data = read_yaml(Path(args.config)) if args.config is not None else {}
     grid: dict[str, list[Any]] = {}
     for name, values in (data.get("grid") or {}).items():
         values = values if isinstance(values, list) else str(values).split(",")
@@ -134,9 +161,11 @@ def search_space(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any]]
             raise SweepError(f"--grid {name}: expected at least one value")
     if not grid and not random:
         raise SweepError("nothing to sweep: give --grid NAME=V1,V2 and/or --random NAME=DIST (or --config FILE)")
-    samples = args.samples if args.samples is not None else int(data.get("samples", 1))
-    seed = args.sweep_seed if args.sweep_seed is not None else int(data.get("seed", 0))
-    if samples < 1:
-        raise SweepError(f"--samples {samples}: expected an integer ≥ 1")
+    samples = args.samples if args.samples is not None else whole_number(data.get("samples", 1), "--config samples:", 1, MAX_TRIALS)
+    seed = args.sweep_seed if args.sweep_seed is not None else whole_number(data.get("seed", 0), "--config seed:", 0, MAX_SEED)
+    size = math.prod(len(values) for values in grid.values()) * samples  # the trials, counted before any is made
+    if size > MAX_TRIALS:
+        shape = " × ".join([*(f"{len(v)} {name}" for name, v in grid.items()), f"{samples} samples"])
+        raise SweepError(f"the sweep has {size:,} trials ({shape}); expected at most {MAX_TRIALS:,}")
     fixed = {name: _field_value(name, v) for name, v in (data.get("fixed") or {}).items()}
     return SearchSpace(grid, random, samples, seed), fixed

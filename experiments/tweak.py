@@ -9,11 +9,12 @@ running (completed, interrupted, crashed) takes none: the change is refused.
 
 from __future__ import annotations
 
+import re
 import sys
-import urllib.parse
 from typing import Any
 
 from configs.cli import OneLineParser, docstring_help
+from configs.machine import url_problem
 from dashboard.client import DEFAULT_DASHBOARD_URL, DashboardError, get_hyperparams, set_hyperparams
 
 Number = int | float
@@ -61,8 +62,9 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
                         help=f"the dashboard (default: {DEFAULT_DASHBOARD_URL})")
     args = parser.parse_args(argv)
 
-    url = urllib.parse.urlsplit(args.dashboard)
-    if url.scheme not in ("http", "https") or not url.netloc:
+    if not re.fullmatch(r"[0-9a-f]{32}", args.run_uuid):
+        parser.fail(f"RUN_UUID {args.run_uuid!r}: expected the uuid of a run (32 hex digits, as labml prints it)")
+    if url_problem(args.dashboard) is not None:  # a URL urllib cannot even split ('http://[::1') included
         parser.fail(f"--dashboard {args.dashboard!r}: expected a URL such as {DEFAULT_DASHBOARD_URL}")
     changes: dict[str, Number] = {}
     for text in args.changes:

@@ -42,7 +42,7 @@ def parse_epsilon(text: str) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value >= 0):  # NaN fails too
+    if not (math.isfinite(value) and value >= 0):  # NaN fails too; any finite ε is a clip the arithmetic takes
         bad_value("--epsilons", text, "finite numbers ≥ 0 (value clip ranges, in the value's own units)")
     return value
 

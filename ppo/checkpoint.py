@@ -127,7 +127,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     and plain values (dicts, lists, numbers, strings, bytes) and refuses any other object before
     creating it. So a crafted file (a shared `--data-dir`, a download) cannot run anything here;
     everything this project saves is of those kinds (emulator states as bytes, RNG states as dicts)."""
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as e:  # a name too long for the filesystem, a folder it cannot enter
+        raise CheckpointError(f"no checkpoint at {path} ({e.strerror})") from None
+    if not found:
         raise CheckpointError(f"no checkpoint at {path}")
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a crafted file

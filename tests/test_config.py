@@ -40,8 +40,9 @@ def test_any_text_for_any_option_is_accepted_or_refused_cleanly(name: str, text:
        minibatches=st.integers(-2, 64))
 def test_sizes_are_valid_exactly_when_the_batch_divides(n_workers: int, envs_per_worker: int, worker_steps: int,
                                                        minibatches: int) -> None:
+    # serial: a local run is also held to this machine's cores (configs/machine.py), which is not what is tested here
     config = PPOConfig(n_workers=n_workers, envs_per_worker=envs_per_worker, worker_steps=worker_steps,
-                       minibatches=minibatches, updates=1)
+                       minibatches=minibatches, updates=1, backend="serial")
     valid = min(n_workers, envs_per_worker, worker_steps, minibatches) > 0 and \
         (n_workers * envs_per_worker * worker_steps) % minibatches == 0
     if valid:

@@ -616,3 +616,55 @@ def test_every_file_of_a_run_has_the_same_umask_mode(cli, tmp_path: Path) -> Non
     modes = {str(p.relative_to(run_dir)): oct(stat.S_IMODE(p.stat().st_mode)) for p in run_dir.rglob("*") if p.is_file()}
     assert {"summary.json", "games.csv", "run.yaml", "checkpoints/checkpoint.pt", "checkpoints/checkpoint.1.pt"} <= set(modes)
     assert set(modes.values()) == {oct(file_mode())}, json.dumps(modes, indent=1)
+
+
+# ---- issue 39 item 10: a resume that would stop before where it is ---------------------------------
+
+def test_a_resume_told_to_stop_before_its_own_steps_is_refused(cli, tmp_path: Path) -> None:
+    """It used to print "resumed at update 1 of 1" and mark the run completed."""
+    summary = _first_leg(cli, tmp_path)  # 1 update of 32 agent steps, stopped there by --stop-after-env-steps 32
+    resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "16",
+                      "--data-dir", str(tmp_path))
+    _refused_before_anything_started(cli, resumed, f"error: --stop-after-env-steps 16: expected more agent steps than the run's "
+                                                   f"{PER_UPDATE} (update 1 of 3), or none, to resume it")
+    assert json.loads((Path(summary["run_dir"]) / "summary.json").read_text()) == summary
+
+
+# ---- issue 39 item 11: a signal during start-up ------------------------------------------------------
+
+def _processes_of_group(pgid: int) -> list[str]:
+    """The live processes (zombies are dead, waiting to be reaped) of process group `pgid`, as their command lines."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
+            if fields and int(fields[2]) == pgid and fields[0] != "Z":
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def test_a_sigterm_during_start_up_is_one_message_and_leaves_nothing(cli, tmp_path: Path) -> None:
+    """16 workers on this machine take seconds to start. TERM to the whole group once the run has
+    printed its first line (labml set up, the workers starting) used to end in exit 143 with 32
+    BrokenPipeError tracebacks and no word of what was kept."""
+    process = subprocess.Popen([sys.executable, "-m", "experiments.breakout", "--n-workers", "16", "--updates", "2",
+                                "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--data-dir", str(tmp_path)],
+                               cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    first = process.stderr.readline()  # the event: the run has its uuid and is starting its workers
+    assert first.startswith("breakout run "), first
+    os.killpg(process.pid, signal.SIGTERM)
+    stdout, rest = process.communicate(timeout=600)
+    stderr = first + rest
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr[-3000:]
+    assert cli.leftovers() == [] and _processes_of_group(process.pid) == []
+    if stdout.strip():  # the TERM came after the first update began: an interrupted run, checkpointed
+        summary = summary_of(stdout)
+        assert summary["status"] == "interrupted" and load_checkpoint(Path(summary["checkpoint"]))["update"] == summary["updates"]
+    else:  # before it: nothing written, and it says so once
+        assert [line for line in stderr.splitlines() if line.startswith("stopped by")] == [
+            "stopped by SIGTERM before the first update: nothing was kept (no run folder was made)"]
+        assert list(tmp_path.rglob("*")) == []

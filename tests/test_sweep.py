@@ -91,11 +91,11 @@ def test_seeded_space_without_parameters_is_empty_grid() -> None:
     (["--grid", "epochs=2,x"], "error: epochs=x: expected an integer"),
     (["--grid", "learning_rate"], "error: --grid learning_rate: expected NAME=VALUE"),
     (["--grid", "epochs=2,100"], "error: --epochs 100: expected a value in [1, 32]"),
-    (["--grid", "epochs=2", "--samples", "0"], "error: --samples 0: expected an integer ≥ 1"),
-    (["--grid", "epochs=2", "--cpus-per-trial", "0"], "error: --cpus-per-trial 0: expected a number > 0"),
+    (["--grid", "epochs=2", "--samples", "0"], "error: --samples 0: expected an integer from 1 to 10_000"),
+    (["--grid", "epochs=2", "--cpus-per-trial", "0"], "error: --cpus-per-trial 0: expected a number > 0 and ≤ 1024"),
     (["--grid", "epochs=2", "--ray-address", "nowhere"], "error: --ray-address nowhere: expected auto, HOST:PORT"),
     (["--grid", "epochs=2", "--config", "/no/such.yaml"], "error: --config /no/such.yaml: No such file or directory"),
-    (["--grid", "epochs=2", "--n-workers", "0"], "error: --n-workers 0: expected a number > 0"),
+    (["--grid", "epochs=2", "--n-workers", "0"], "error: --n-workers 0: expected an integer from 1 to 4_096"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
