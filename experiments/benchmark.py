@@ -29,7 +29,6 @@ then, as the last line, one JSON object with every number.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -39,7 +38,8 @@ from typing import Any
 
 import torch
 
-from configs.cli import OneLineParser, fail, parse_config
+from configs.cli import OneLineParser, fail, float_in, int_in, parse_config
+from configs.fields import ConfigError
 from configs.grouping import grouped_unless_chosen
 from configs.ppo import PPOConfig
 from experiments.benchmark_measures import measure_ale_vector, measure_network, measure_pool_and_trainer, status_kb
@@ -166,10 +166,10 @@ def format_table(r: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     def extra(parser: OneLineParser) -> None:
         group = parser.add_argument_group("benchmark")
-        group.add_argument("--duration", type=float, default=10.0, metavar="SECONDS",
-                           help="seconds timed per measurement, after its warm-up (default: 10)")
-        group.add_argument("--warmup-updates", type=int, default=1, metavar="N",
-                           help="whole updates run before the trainer's phases are timed (default: 1)")
+        group.add_argument("--duration", type=float_in(0.0, 3600.0, low_open=True), default=10.0, metavar="SECONDS",
+                           help="seconds timed per measurement, after its warm-up, > 0 and ≤ 3600 (default: 10)")
+        group.add_argument("--warmup-updates", type=int_in(0, 1000), default=1, metavar="N",
+                           help="whole updates run before the trainer's phases are timed, 0 to 1000 (default: 1)")
         group.add_argument("--compile", action="store_true",
                            help="also time the network through torch.compile at the run's precision "
                                 "(infer_sps_compiled, train_sps_compiled; the trainer itself runs eager)")
@@ -177,10 +177,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     description = "Measure env, network and training-loop speed against this machine's limits."
     config, args, overrides = parse_config(argv, prog, description, extra, canonical_game)
     config = grouped_unless_chosen(config, overrides)  # what a plain training run here would run
-    if not (math.isfinite(args.duration) and args.duration > 0):
-        fail(f"--duration {args.duration}: expected a finite number > 0")
-    if args.warmup_updates < 0:
-        fail(f"--warmup-updates {args.warmup_updates}: expected an integer ≥ 0")
+    try:  # the device and its precision, before anything is built or timed
+        resolve_precision(config.precision, resolve_device(config.device))
+    except ConfigError as e:
+        fail(str(e))
     result = run_benchmark(config, args.duration, args.warmup_updates, compiled=args.compile)
     print(format_table(result))
     print(json.dumps(result, sort_keys=True), flush=True)
