@@ -32,6 +32,7 @@ from experiments.run.preflight import check_can_start
 from game.atari import canonical_game, is_known_game
 
 PROG = "python -m experiments.pbt"
+MAX_POPULATION = 1024  # members are listed, started and ranked one by one: a typo of 10**9 must not start
 
 
 class PbtError(ValueError):
@@ -56,9 +57,10 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
             raise PbtError(f"--{given[0].replace('_', '-')}: a resumed population keeps its own settings "
                            "(only --ray-address may be given with --resume)")
         return Population.load(folder), address
-    for option, value, least in (("population", args.population, 2), ("interval", args.interval, 1)):
-        if value is None or value < least:
-            raise PbtError(f"--{option} {value}: expected an integer ≥ {least}")
+    if args.population is None or not 2 <= args.population <= MAX_POPULATION:
+        raise PbtError(f"--population {args.population}: expected an integer from 2 to {MAX_POPULATION}")
+    if args.interval is None or args.interval < 1:
+        raise PbtError(f"--interval {args.interval}: expected an integer ≥ 1")
     explore = args.explore.split(",") if args.explore is not None else list(DEFAULT_EXPLORED)
     if (problem := check_explored(explore)) is not None:
         raise PbtError(f"--explore {args.explore}: expected {problem}")
@@ -72,11 +74,11 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
     if address is not None:
         config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
     check_can_start(base)
-    cpus = args.cpus_per_member or (1 if base.backend == "serial" else base.n_workers + 1)
-    if not (cpus > 0 and cpus < float("inf")):
-        raise PbtError(f"--cpus-per-member {cpus:g}: expected a number > 0")
-    if args.max_retries < 0:
-        raise PbtError(f"--max-retries {args.max_retries}: expected an integer ≥ 0")
+    cpus = args.cpus_per_member if args.cpus_per_member is not None else (1 if base.backend == "serial" else base.n_workers + 1)
+    if not 0 < cpus <= 1024:
+        raise PbtError(f"--cpus-per-member {cpus:g}: expected a number > 0 and ≤ 1024")
+    if not 0 <= args.max_retries <= 100:
+        raise PbtError(f"--max-retries {args.max_retries}: expected an integer from 0 to 100")
     fixed = {"torch_threads": max(1, int(cpus)), **fixed, "data_dir": str(Path(base.data_dir).resolve())}
     fixed.pop("seed", None)
     folder = Path(fixed["data_dir"]) / base.name / f"pbt-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
