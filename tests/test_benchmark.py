@@ -76,6 +76,12 @@ def test_benchmark_prints_consistent_json_and_leaves_no_process(precision: str) 
     assert data["precision"] == precision and config["precision"] == precision
     assert data["torch_threads"] == os.cpu_count()
     assert data["workers_import_torch"] is False
+    # The bound's parts were each timed alone in a process of their own, which had ended by the end.
+    part_pids = {data["ale_vector_pid"], data["network_pid"]}
+    assert len(part_pids) == 2 and data["benchmark_pid"] not in part_pids
+    assert not any(Path(f"/proc/{pid}").exists() for pid in part_pids)
+    assert data["precision_label"] == precision  # asked for by name, so no "(auto)"
+    assert f"precision {precision} (as a plain run here)" in result.stdout
 
     # The machine the rates hold for, read here from the kernel and torch, not from the code under test.
     cpuinfo = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
