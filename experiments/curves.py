@@ -38,6 +38,7 @@ from configs.fields import MAX_ENV_STEPS, MAX_SEED
 from configs.grouping import usable_cores
 from experiments.run.games_csv import GameRow, read_games
 from experiments.seed_runs import seed_run, train_seeds
+from experiments.seed_stats import compare
 
 DEFAULT_BUDGETS = (100_000, 250_000, 500_000, 1_000_000)
 
@@ -142,10 +143,14 @@ def write_csv(curves: Sequence[Curve], path: Path) -> None:
 
 
 def table(curves: Sequence[Curve], budgets: Sequence[int]) -> str:
-    """Markdown: one row per budget reached, one column per label (mean ± std, then each seed)."""
-    lines = ["| agent steps | " + " | ".join(c.label for c in curves) + " |", "|---" * (len(curves) + 1) + "|"]
+    """Markdown: one row per budget reached, one column per label (mean ± std, then each seed); with
+    two labels, a last column tests the second against the first (`experiments.seed_stats`): the
+    difference of the means, its 95% Welch interval and two two-sided p-values."""
+    paired = len(curves) == 2
+    header = [c.label for c in curves] + ([f"{curves[1].label} − {curves[0].label} [95%]"] if paired else [])
+    lines = ["| agent steps | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     for budget in budgets:
-        cells = []
+        cells, columns = [], []
         for c in curves:
             i = int(np.searchsorted(c.steps, budget))
             if i >= len(c.steps) or c.steps[i] != budget:
@@ -154,7 +159,11 @@ def table(curves: Sequence[Curve], budgets: Sequence[int]) -> str:
             column = c.scores[:, i]
             seeds = " / ".join("–" if math.isnan(v) else f"{v:.1f}" for v in column)
             present = column[~np.isnan(column)]
+            columns.append(present)
             cells.append(f"**{present.mean():.1f}** ± {present.std():.1f} ({seeds})" if present.size else "–")
+        if paired:
+            testable = len(columns) == 2 and min(len(x) for x in columns) >= 2
+            cells.append(compare(columns[0], columns[1]).line() if testable else "–")
         lines.append(f"| {budget:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -462,3 +462,18 @@ def test_a_peer_run_among_others_gets_its_share_of_the_cores(tmp_path: Path) -> 
     assert seed_run("sb3", 3, args, []).environment == (("OMP_NUM_THREADS", "1"),)
     # The project's runs take their threads from their own options (--torch-threads), passed on as given.
     assert seed_run("project", 3, args, ["--torch-threads", "1"]).environment == ()
+
+
+def test_two_labels_get_a_two_sided_test_column() -> None:
+    # A scores 1, 2, 3 and B 4, 5, 6 at 100 steps: B − A = +3.0 with Welch's interval
+    # 3 ± 2.776 · √(2/3) = [+0.7, +5.3] (worked in tests/test_seed_stats.py); at 50 steps A has one
+    # seed with a score, so no test there.
+    from experiments.curves import Curve, table
+    steps = np.array([50, 100])
+    a = Curve("A", ("a1", "a2", "a3"), steps, np.array([[1.0, 1.0], [np.nan, 2.0], [np.nan, 3.0]]))
+    b = Curve("B", ("b1", "b2", "b3"), steps, np.array([[4.0, 4.0], [5.0, 5.0], [6.0, 6.0]]))
+    rows = table([a, b], [50, 100]).splitlines()
+    assert rows[0] == "| agent steps | A | B | B − A [95%] |"
+    assert rows[2].endswith("| – |")
+    assert "| +3.0 [+0.7, +5.3] (Welch t +3.67, df 4.0, p 0.02; permutation p 0.10) |" in rows[3]
+    assert "B − A" not in table([a], [100])
