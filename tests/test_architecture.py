@@ -78,3 +78,17 @@ def test_names_configs_must_spell_again_stay_equal() -> None:
     import game.vector
     assert configs.fields.BACKENDS == game.vector.BACKENDS
     assert configs.fields.RELAUNCHES == game.atari.RELAUNCHES
+
+
+def test_the_game_settings_default_as_the_config_does() -> None:
+    """game/ cannot read PPOConfig, so `GameSpec` (what a worker builds a game from) keeps defaults of
+    its own for tests and tools that build one game; a run always passes the config's values
+    (`GameSpec.from_settings`). This keeps the two sets of defaults one."""
+    import dataclasses
+
+    from configs.ppo import PPOConfig
+    from game.atari import GameSpec
+    spec, config = GameSpec().to_dict(), PPOConfig().to_dict()
+    shared = sorted((spec.keys() & config.keys()) - {"seed"})  # a game's seed is derived from the run's
+    assert shared == sorted(f.name for f in dataclasses.fields(GameSpec) if f.name != "seed")
+    assert {k: spec[k] for k in shared} == {k: config[k] for k in shared}
