@@ -141,7 +141,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is not a checkpoint of this project: it holds something other than tensors and "
                               f"plain values ({_refusal(str(e))}); nothing in it was run") from None
     except Exception as e:
-        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({type(e).__name__}: {e})") from None
+        # Whatever the loader quotes of the bytes it choked on ("invalid load key, 'r'") is left
+        # out: the file may be a link to, or a copy of, another file, which a refusal never shows.
+        reason = re.sub(r"(['\"]).*?\1", "…", " ".join(str(e).split())).split(". ")[0][:200]
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({type(e).__name__}: {reason})") from None
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise CheckpointError(f"{path} is not a checkpoint of this project")
     return state
