@@ -8,6 +8,8 @@ and every other request fails.  `guarded_protocol` gives uvicorn a protocol that
   opening) until its whole body is in; a request still arriving then is dropped (the deadline
   is total, not per byte, so trickling does not extend it).  Answering takes as long as it
   takes: the deadline stops once the request is read;
+- gives a client that stops reading its answer (the server's send buffer full) as long again,
+  then drops the connection (slow reading holds a descriptor just as slow sending does);
 - keeps at most `max_connections` open.  At the bound a new connection makes room by closing
   the oldest one still sending its request (legitimate clients send theirs at once, so those
   are the stalled ones); when every open connection is being answered the new one gets a 503
@@ -98,6 +100,7 @@ class GuardedH11Protocol(H11Protocol):
 
     _refused = False
     _deadline: asyncio.TimerHandle | None = None
+    _unread: asyncio.TimerHandle | None = None  # set while the client leaves its answer unread
     # When the connection last stopped being answered (opened, or its last response sent).
     _idle_since = 0.0
 
@@ -165,16 +168,41 @@ class GuardedH11Protocol(H11Protocol):
                         f"{self.request_timeout_s:g} s")
         self._drop()
 
-    def _drop(self) -> None:
+    def pause_writing(self) -> None:
+        # The client is not reading its answer: it gets as long to read it as to send a request.
+        super().pause_writing()
+        if self._unread is None:
+            self._unread = self.loop.call_later(self.request_timeout_s, self._not_read)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
+
+    def _not_read(self) -> None:
+        self._unread = None
+        NOTE("unread", f"closed connections whose client had not read its answer within --request-timeout "
+                       f"{self.request_timeout_s:g} s")
+        self._drop(abort=True)
+
+    def _drop(self, abort: bool = False) -> None:
         self._disarm()
         # Out of the count at once: the caller may be making room for a new connection.
         self.connections.discard(self)
-        self.transport.close()
+        # Closing waits to send what is buffered, which a client that does not read never takes.
+        if abort:
+            self.transport.abort()
+        else:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return
         self._disarm()
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
         super().connection_lost(exc)
 
 

@@ -84,7 +84,7 @@ class _Server(uvicorn.Server):
 class Limits:
     """What one client may take of the server (see `connections`) and of the store (see `usage`)."""
 
-    request_timeout_s: float = 30.0  # to send a whole request, headers and body
+    request_timeout_s: float = 30.0  # to send a whole request (headers and body), and to read a stalled answer
     idle_timeout_s: float = 5.0  # between requests on a kept-alive connection
     max_connections: int = 256
     max_runs: int = MAX_RUNS

@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     fd_limit = max_connections_limit()
     limits.add_argument("--request-timeout", metavar="SECONDS", default="30",
                         help="time a client has to send a whole request, headers and body, from its first byte "
-                             "(or from connecting); slower ones are closed. 1 to 3600 (default: 30)")
+                             "(or from connecting), and to take an answer it has stopped reading; slower ones are "
+                             "closed. 1 to 3600 (default: 30)")
     limits.add_argument("--idle-timeout", metavar="SECONDS", default="5",
                         help="how long a kept-alive connection may wait for its next request, 1 to 3600 (default: 5)")
     limits.add_argument("--max-connections", metavar="N", default=str(min(256, fd_limit)),

@@ -106,3 +106,32 @@ def test_half_open_connections_are_closed_and_others_answered(tmp_path: Path, no
         for sock in socks:
             sock.close()
         dashboard.kill()
+
+
+def test_an_answer_left_unread_is_dropped(tmp_path: Path, no_leftover_processes: None) -> None:
+    # Slow reading holds a descriptor as slow sending does: a client asks ten times for labml-app's
+    # 800 KB source map (more than the kernel buffers on both sides) and reads none of it.
+    dashboard = Dashboard(tmp_path, options=("--request-timeout", str(REQUEST_TIMEOUT_S)))
+    try:
+        dashboard.wait_ready()
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+            sock.connect(("127.0.0.1", dashboard.port))
+            request = b"GET /js/bundle.min.js.map HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % dashboard.port
+            sock.sendall(request * 10)
+            dashboard.wait_for_line(lambda line: "had not read its answer within --request-timeout" in line,
+                                    EVENT_LIMIT_S)
+            sock.settimeout(EVENT_LIMIT_S)
+            received = b""
+            try:
+                while chunk := sock.recv(65536):
+                    received += chunk
+            except ConnectionResetError:
+                pass  # dropped with its answer unsent: the kernel resets the connection
+        assert received.startswith(b"HTTP/1.1 200"), received[:200]
+        assert len(received) < 10 * 800_000  # cut off, not completed
+        assert dashboard.request("GET", "/api/v1/runs/null")[0] == 200
+        assert "Traceback" not in dashboard.output
+        assert dashboard.terminate() == 0
+    finally:
+        dashboard.kill()
