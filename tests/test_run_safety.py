@@ -625,8 +625,8 @@ def test_a_resume_told_to_stop_before_its_own_steps_is_refused(cli, tmp_path: Pa
     summary = _first_leg(cli, tmp_path)  # 1 update of 32 agent steps, stopped there by --stop-after-env-steps 32
     resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "16",
                       "--data-dir", str(tmp_path))
-    _refused_before_anything_started(cli, resumed, f"error: --stop-after-env-steps 16: expected more agent steps than the run's "
-                                                   f"{PER_UPDATE} (update 1 of 3), or none, to resume it")
+    _refused_before_anything_started(cli, resumed, f"error: --stop-after-env-steps 16: expected at least the run's own "
+                                                   f"{PER_UPDATE} agent steps (update 1 of 3), or none, to resume it")
     assert json.loads((Path(summary["run_dir"]) / "summary.json").read_text()) == summary
 
 

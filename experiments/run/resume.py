@@ -117,9 +117,11 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     checkpoint.check_random_states()
     if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, saved.n_envs)):
         raise CheckpointError(f"the checkpoint's {problem}; nothing was started")
-    if config.stop_after_env_steps is not None and config.last_update <= checkpoint.update:
+    # A stop below the steps already taken cannot be kept (the run would claim to have ended before
+    # where it is); one at them ends the resume at once, as a member of a population reaching its target.
+    if config.stop_after_env_steps is not None and config.stop_after_env_steps < checkpoint.env_steps:
         raise ConfigError("stop_after_env_steps", config.stop_after_env_steps,
-                          f"more agent steps than the run's {checkpoint.env_steps} (update {checkpoint.update} of "
+                          f"at least the run's own {checkpoint.env_steps} agent steps (update {checkpoint.update} of "
                           f"{config.n_updates}), or none, to resume it")
     checkpoint.live_values = checked_live_values(checkpoint.live_values)
     check_can_start(config, run_dir)
