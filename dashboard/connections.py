@@ -190,8 +190,9 @@ class GuardedH11Protocol(H11Protocol):
         self._disarm()
         # Out of the count at once: the caller may be making room for a new connection.
         self.connections.discard(self)
-        # Closing waits to send what is buffered, which a client that does not read never takes.
-        if abort:
+        # Closing waits to send what is buffered, which a client that does not read never takes:
+        # the descriptor would stay held.
+        if abort or self.transport.get_write_buffer_size():
             self.transport.abort()
         else:
             self.transport.close()
