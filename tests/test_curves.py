@@ -293,10 +293,10 @@ def test_until_cuts_every_label_at_one_number_of_agent_steps(cli, tmp_path: Path
 
 @pytest.mark.parametrize(("args", "expected"), [
     (["--runs", "nolabel"], "error: --runs nolabel: expected LABEL=DIR"),
-    (["--until", "0"], "error: --until 0: expected an integer > 0"),
+    (["--until", "0"], "error: --until 0: expected an integer from 1 to 10_000_000_000_000"),
     (["--runs", "x=/nonexistent/dir"], "error: --runs x=/nonexistent/dir: expected run folders holding games.csv"),
     (["--budget", "2000", "--total-env-steps", "1000"], "error: --budget 2000: expected at most --total-env-steps 1000"),
-    (["--jobs", "0"], "error: --jobs 0: expected an integer > 0"),
+    (["--jobs", "0"], "error: --jobs 0: expected an integer from 1 to "),
 ])
 def test_curves_bad_input_is_one_line_and_exit_2(cli, args: list[str], expected: str, tmp_path: Path) -> None:
     result = cli.run("experiments.curves", *args, "--out", str(tmp_path / "out"))
