@@ -113,7 +113,7 @@ def test_same_seed_gives_the_same_first_rollout() -> None:
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["--n-workers", "0"], "--n-workers 0: expected a number > 0"),
+    (["--n-workers", "0"], "--n-workers 0: expected an integer from 1 to 4_096"),
     (["--n-workers", "two"], "--n-workers two: expected an integer"),
     (["--minibatches", "3"], "--minibatches 3: expected a divisor of the batch size 1024"),
     (["--learning-rate", "-1e-4"], "--learning-rate -0.0001: expected a number ≥ 0"),
@@ -141,7 +141,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_pa
 def test_bad_input_through_the_real_cli(cli) -> None:
     result = cli.run("experiments.breakout", "--worker-steps", "-5")
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: --worker-steps -5: expected a number > 0"
+    assert result.stderr.strip() == "error: --worker-steps -5: expected an integer from 1 to 100_000"
     assert result.stdout == ""
     assert cli.leftovers() == []
 
