@@ -79,7 +79,7 @@ def test_each_update_reports_how_much_of_the_batch_the_value_clip_kept_from_the_
     # sample whose value has moved at all, away from its return, is held at V_old: once Adam has
     # stepped, that is a part of the batch, neither none of it (some values move the wrong way) nor
     # all (the steps lower the value loss on the whole). The exact share depends on the rounding.
-    config = PPOConfig(n_workers=1, envs_per_worker=2, worker_steps=32, minibatches=2, seed=3,
+    config = PPOConfig(n_workers=1, envs_per_worker=2, worker_steps=32, minibatches=2, epochs=1, seed=3,
                        clip_value_loss=clip_value_loss, value_clip_range=value_clip_range)
     seeds = derive_seeds(config.seed, config.n_envs)
     with SerialPool(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
@@ -97,7 +97,7 @@ def test_a_snapshot_restores_the_learner_exactly_as_often_as_asked() -> None:
     # update, restore, update gives the same parameters, Adam state and shuffle twice, bit for bit.
     # Restoring a snapshot without copying Adam's state fails this: Adam adopts the loaded tensors
     # and steps them in place, so the second update would start where the first one ended.
-    config = PPOConfig(n_workers=1, envs_per_worker=2, worker_steps=32, minibatches=2, seed=4)
+    config = PPOConfig(n_workers=1, envs_per_worker=2, worker_steps=32, minibatches=2, epochs=1, seed=4)  # two Adam steps an update
     seeds = derive_seeds(config.seed, config.n_envs)
     with SerialPool(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
         trainer = Trainer(config, pool, seeds, torch.device("cpu"))
