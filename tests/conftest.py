@@ -3,9 +3,13 @@ train briefly from a seed on a real pool."""
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -117,6 +121,36 @@ class Cli:
 
     def leftovers(self) -> list[int]:
         return wait_until_no_processes(self.marker)
+
+
+# Runs made once per session and copied for each test that asks for the same one (`run_once`).
+_RUN_CACHE: dict[tuple[str, ...], Path] = {}
+
+
+def run_once(cli: Cli, data_dir: Path, *args: str) -> dict:
+    """The summary of `experiments.breakout *args --data-dir data_dir`, as if it had just run there.
+    A run is a few seconds of real training, and many tests only need one to exist before they
+    resume, craft or attack it: the first call with these `args` runs it in a folder of the
+    session's, and every call copies that run folder into `data_dir` (file modes kept), with the
+    paths that summary.json and labml's configs.yaml record rewritten to the copy. The copy is
+    the same run: the same uuid, files and checkpoints (whose config's data_dir a resume's
+    --data-dir replaces)."""
+    key = tuple(args)
+    if key not in _RUN_CACHE:
+        made = _CACHE_ROOT / str(len(_RUN_CACHE))
+        result = cli.run("experiments.breakout", *args, "--data-dir", str(made))
+        assert result.returncode == 0, result.stderr[-2000:]
+        _RUN_CACHE[key] = made
+    made = _RUN_CACHE[key]
+    shutil.copytree(made, data_dir, dirs_exist_ok=True)
+    for path in (*data_dir.rglob("summary.json"), *data_dir.rglob("configs.yaml")):
+        path.write_text(path.read_text().replace(str(made), str(data_dir)))
+    (summary_path,) = data_dir.rglob("summary.json")
+    return json.loads(summary_path.read_text())
+
+
+_CACHE_ROOT = Path(tempfile.mkdtemp(prefix="breakout-test-runs-"))
+atexit.register(shutil.rmtree, _CACHE_ROOT, ignore_errors=True)
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from game.vector import PipePool, game_specs
 from ppo.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
 from ppo.trainer import IterationSettings, Trainer, UpdateAbandoned
-from tests.conftest import REPO
+from tests.conftest import REPO, run_once
 from tests.test_experiment import TINY, summary_of
 
 PER_UPDATE = 2 * 16  # agent steps of one TINY update
@@ -179,11 +179,9 @@ def test_sigterm_mid_update_abandons_it_and_the_resume_stays_exact(cli, tmp_path
 
 
 def _first_leg(cli, tmp_path: Path, *extra: str) -> dict:
-    """A TINY run stopped after 1 of 3 updates (a run option: the resume goes on to 3)."""
-    result = cli.run("experiments.breakout", "--updates", "3", *TINY, "--stop-after-env-steps", str(PER_UPDATE),
-                     "--data-dir", str(tmp_path), *extra)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return summary_of(result.stdout)
+    """A TINY run stopped after 1 of 3 updates (a run option: the resume goes on to 3); made once a
+    session and copied here (conftest.run_once)."""
+    return run_once(cli, tmp_path, "--updates", "3", *TINY, "--stop-after-env-steps", str(PER_UPDATE), *extra)
 
 
 def test_a_poisoned_live_value_in_the_checkpoint_does_not_poison_the_resume(cli, tmp_path: Path) -> None:
