@@ -86,21 +86,49 @@ class Trainer:
 
     # -- one iteration, top to bottom ------------------------------------------------------------
 
-    def iteration(self) -> dict[str, float]:
-        """One PPO iteration: sample a rollout with the current policy, then improve the policy on it."""
-        settings = self.schedule()  # frozen for the whole iteration, whatever the dashboard sends meanwhile
+    def iteration(self, settings: IterationSettings | None = None, *, sample: bool = True) -> dict[str, float]:
+        """One PPO iteration: sample a rollout with the current policy, then improve the policy on it.
+        `sample=False` (`optimize`) runs the second half alone, on the rollout `collect` filled, and
+        counts no update."""
+        # Read once: whatever the dashboard sends meanwhile, the whole iteration uses these values.
+        settings = self.schedule() if settings is None else settings
+        check_settings(settings)  # whoever made them, settings outside the live ranges never reach the model
+        config, rollout = self.config, self.rollout
         started = time.perf_counter()
-        self.collect()  # worker_steps × n_envs transitions, and V of the states after them
+        if sample:  # worker_steps × n_envs transitions; a failed worker is replaced and the rollout starts over
+            self.pool.with_restarts(self._collect_once, tick=self.update)
+        # V(s_T) of the states after the last step: the trajectories the rollout cut bootstrap from it.
+        rollout.last_values[:] = self._values(self.pool.observations)
         sampled = time.perf_counter()
-        metrics = self.optimize(settings)  # GAE, then epochs × minibatches of clipped updates
+        # NaN/inf anywhere, or a stop between two minibatches: the learner is put back as it was.
+        with self._all_or_nothing(), torch_threads(self.train_threads):
+            # GAE(γ, λ): advantages and returns, then the whole rollout on the device as one flat batch.
+            batch = rollout.batch(config.gamma, config.gae_lambda, self.device, self.model.channels_last)
+            for group in self.optimizer.param_groups:
+                group["lr"] = settings.learning_rate
+            stats: list[dict[str, float]] = []
+            epochs_done = 0
+            for _ in range(settings.epochs):
+                # A new shuffle each epoch: each minibatch mixes steps of many games and times.
+                order = torch.from_numpy(self.shuffle_rng.permutation(rollout.size)).to(self.device)
+                epoch: list[dict[str, float]] = []
+                for minibatch in batch.minibatches(order, config.minibatch_size):
+                    self._stop_if_asked()  # a stop never waits for a whole update
+                    if (step := self._minibatch_update(minibatch, settings)) is not None:  # None: NaN skipped
+                        epoch.append(step)
+                stats += epoch
+                epochs_done += 1
+                if config.target_kl is not None and epoch and float(np.mean([s["approx_kl"] for s in epoch])) > config.target_kl:
+                    break  # the policy moved too far from the one that sampled: stop early
+            metrics = {k: sum(s[k] for s in stats) / max(len(stats), 1) for k in MINIBATCH_METRICS}
+            metrics["explained_variance"] = explained_variance(batch.values, batch.returns)
         done = time.perf_counter()
-        self.update += 1
-        metrics.update(
-            learning_rate=settings.learning_rate, clip_range=settings.clip_range,
-            sps=self.rollout.size / (done - started), sample_sps=self.rollout.size / (sampled - started),
-            update_sps=self.rollout.size / (done - sampled),
-            worker_restarts=self.pool.restarts, nonfinite_skipped=self.nonfinite_skipped,
-        )
+        metrics.update(epochs_done=epochs_done, learning_rate=settings.learning_rate, clip_range=settings.clip_range,
+                       update_sps=rollout.size / (done - sampled), worker_restarts=self.pool.restarts,
+                       nonfinite_skipped=self.nonfinite_skipped)
+        if sample:
+            self.update += 1
+            metrics.update(sps=rollout.size / (done - started), sample_sps=rollout.size / (sampled - started))
         if settings.value_clip_range is not None:  # none without a value clip
             metrics["value_clip_range"] = settings.value_clip_range
         if (score_mean := self.records.score_mean()) is not None:
@@ -108,18 +136,14 @@ class Trainer:
             metrics["game_length_mean_100"] = float(np.mean(self.records.lengths))
         return metrics
 
-    def collect(self) -> None:
-        """Fill the rollout: worker_steps steps of every env, sampled from the current policy.
-
-        A worker that dies, hangs or raises is replaced (fresh derived seeds) and the rollout starts
-        over from the envs' current states: the interrupted trajectories are dropped whole, so no
-        transition ever straddles the replacement. Games already finished still count.
-        """
-        self.pool.with_restarts(self._collect_once, tick=self.update)
+    # -- what the iteration's lines stand for ------------------------------------------------------
 
     def _collect_once(self) -> None:
-        """Double-buffered: while one group of workers steps, the network chooses the other group's
-        actions (`acting_groups`; with one group, the network and the envs take turns)."""
+        """Fill the rollout with worker_steps steps of every env, double-buffered: while one group of
+        workers steps, the network chooses the other group's actions (`acting_groups`; with one group,
+        the network and the envs take turns). Called by `pool.with_restarts`, which replaces a worker
+        that dies, hangs or raises and calls it again: the rollout starts over from the envs' current
+        states, so no transition straddles a replacement (games already finished still count)."""
         groups, steps = acting_groups(self.config), self.rollout.n_steps
         with torch_threads(self.sample_threads), self._drained_on_fault():
             for workers, envs in groups:
@@ -129,36 +153,7 @@ class Trainer:
                     self._record(self.pool.step_wait(workers), envs, t)
                     if t + 1 < steps:
                         self.pool.step_async(self._act(envs, t + 1), workers)
-            self.rollout.last_values[:] = self._values(self.pool.observations)  # to bootstrap the last step
         self.env_steps += self.rollout.size
-
-    def optimize(self, settings: IterationSettings) -> dict[str, float]:
-        """GAE on the rollout, then `epochs` passes of shuffled minibatch updates. If anything goes
-        NaN/inf the model, optimizer and shuffle are put back exactly as they were, and `NonFiniteLoss` is raised;
-        the same when `should_stop` says so between two minibatches (`UpdateAbandoned`)."""
-        config = self.config
-        check_settings(settings)
-        with self._applied_whole(), torch_threads(self.train_threads):
-            batch = self.rollout.batch(config.gamma, config.gae_lambda, self.device, self.model.channels_last)
-            for group in self.optimizer.param_groups:
-                group["lr"] = settings.learning_rate
-            stats: list[dict[str, float]] = []
-            epochs_done = 0
-            for _ in range(settings.epochs):
-                order = torch.from_numpy(self.shuffle_rng.permutation(self.rollout.size)).to(self.device)
-                epoch: list[dict[str, float]] = []
-                for minibatch in batch.minibatches(order, config.minibatch_size):
-                    self._stop_if_asked()
-                    if (s := self._minibatch_update(minibatch, settings)) is not None:
-                        epoch.append(s)
-                stats += epoch
-                epochs_done += 1
-                if config.target_kl is not None and epoch and float(np.mean([s["approx_kl"] for s in epoch])) > config.target_kl:
-                    break  # the policy moved too far from the one that sampled: stop early
-            metrics = {k: sum(s[k] for s in stats) / max(len(stats), 1) for k in MINIBATCH_METRICS}
-            metrics["explained_variance"] = explained_variance(batch.values, batch.returns)
-            metrics["epochs_done"] = epochs_done
-            return metrics
 
     def _minibatch_update(self, minibatch: Batch, settings: IterationSettings) -> dict[str, float] | None:
         """One Adam step on the PPO loss; None when a NaN/inf was skipped (`skip_nonfinite`)."""
@@ -169,8 +164,6 @@ class Trainer:
                 return None
             raise NonFiniteLoss(f"non-finite loss ({step.total}) or gradient norm ({step.grad_norm}); update not applied")
         return step.metrics
-
-    # -- what the iteration's lines stand for ------------------------------------------------------
 
     def _act(self, envs: slice, t: int) -> np.ndarray:
         """Choose actions for `envs` at step t from their current observations; store them."""
@@ -189,7 +182,9 @@ class Trainer:
 
     @torch.inference_mode()
     def _values(self, observations: np.ndarray) -> np.ndarray:
-        return self.model(torch.from_numpy(observations).to(self.device))[1].cpu().numpy()
+        """V(s), with the sampling threads: the same bits the actions' values were computed with."""
+        with torch_threads(self.sample_threads):
+            return self.model(torch.from_numpy(observations).to(self.device))[1].cpu().numpy()
 
     def _record(self, step: StepBatch, envs: slice, t: int) -> None:
         """Store what `envs` got for their step t; count the games that ended in it."""
@@ -217,11 +212,11 @@ class Trainer:
 
     def _stop_if_asked(self) -> None:
         if self.should_stop is not None and self.should_stop():
-            # Rolled back by _applied_whole: the update is applied whole or not at all.
+            # Rolled back by _all_or_nothing: the update is applied whole or not at all.
             raise UpdateAbandoned(f"stop requested during update {self.update + 1}; that update was not applied")
 
     @contextlib.contextmanager
-    def _applied_whole(self) -> Iterator[None]:
+    def _all_or_nothing(self) -> Iterator[None]:
         """The update as a whole, or (NaN/inf, a stop midway) the learner as it was before it."""
         before = self.snapshot()
         try:
@@ -231,6 +226,17 @@ class Trainer:
         except (NonFiniteLoss, UpdateAbandoned):
             self.restore(before)
             raise
+
+    # -- the iteration's halves alone, for experiments that time them or optimise one rollout ----------
+
+    def collect(self) -> None:
+        """Fill the rollout with the current policy, as `iteration` does (worker faults handled alike)."""
+        self.pool.with_restarts(self._collect_once, tick=self.update)
+
+    def optimize(self, settings: IterationSettings) -> dict[str, float]:
+        """`iteration`'s second half with `settings` on the rollout `collect` filled: GAE, then the
+        epochs of minibatch updates, applied whole or not at all (`NonFiniteLoss`, `UpdateAbandoned`)."""
+        return self.iteration(settings, sample=False)
 
     # -- hyperparameters -------------------------------------------------------------------------
 

@@ -119,3 +119,25 @@ def test_a_snapshot_restores_the_learner_exactly_as_often_as_asked() -> None:
             assert i == j and all(torch.equal(moments[k], others[k]) for k in moments), i
         assert a.shuffle == b.shuffle
     assert not torch.equal(start.model["value.weight"], ends[0].model["value.weight"])  # the update did move the critic
+
+
+def test_collect_then_optimize_is_one_iteration_but_counts_no_update() -> None:
+    # What experiments/value_clip.py and the benchmark rely on: the two halves of `iteration`, run
+    # apart, learn bit for bit what the whole does; only the whole counts the update (so a caller
+    # that optimises one rollout several times does not anneal its settings between them).
+    config = PPOConfig(n_workers=1, envs_per_worker=2, worker_steps=32, minibatches=2, epochs=1, seed=4)
+    seeds = derive_seeds(config.seed, config.n_envs)
+    learned = []
+    for whole in (True, False):
+        with SerialPool(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
+            trainer = Trainer(config, pool, seeds, torch.device("cpu"))
+            trainer.reset_envs()
+            if whole:
+                trainer.iteration()
+            else:
+                trainer.collect()
+                trainer.optimize(trainer.schedule())
+            learned.append(([p.detach().clone() for p in trainer.model.parameters()], trainer.update, trainer.env_steps))
+    (whole_params, whole_update, whole_steps), (halves_params, halves_update, halves_steps) = learned
+    assert all(torch.equal(p, q) for p, q in zip(whole_params, halves_params, strict=True))
+    assert (whole_update, halves_update) == (1, 0) and whole_steps == halves_steps == 64
