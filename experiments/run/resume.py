@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from configs.cli import config_from_overrides
 from configs.fields import ConfigError
 from configs.grouping import grouped_for_cores, usable_cores
-from configs.ppo import PPOConfig, accepted_live_values, config_fields
+from configs.ppo import PPOConfig, accepted_live_values
+from configs.resuming import resumed_config
 from experiments.run.appended_csv import torn_last_line
 from experiments.run.console import say
 from experiments.run.credentials import strip_userinfo
@@ -30,14 +30,14 @@ from ppo.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from ppo.rollout import acting_groups
 
 
-def load_last_good_checkpoint(run_dir: Path) -> Checkpoint:
-    """The newest of the run's kept checkpoints that loads and holds finite parameters.
+def load_last_good_checkpoint(paths: list[Path]) -> Checkpoint:
+    """The newest of a run's kept checkpoints (`paths`, newest first) that loads and holds finite parameters.
 
     A truncated or poisoned newest checkpoint does not lose the run: the one before it is used,
     with a warning naming what was skipped. When none is usable, the newest one's error is raised.
     """
     errors: list[CheckpointError] = []
-    for path in checkpoint_paths(run_dir):
+    for path in paths:
         if errors and not path.exists():
             continue
         try:
@@ -86,33 +86,25 @@ def checked_machines(saved: Any) -> list[dict[str, str]]:
 
 
 def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> tuple[PPOConfig, Checkpoint]:
-    """The run's own config (plus allowed run-option overrides) and its last good checkpoint.
-
-    `--dashboard` is not taken from the checkpoint: a resume sends to the dashboard its own command
-    line names, or to none, so a run never reports somewhere its launcher did not ask for.
-    """
+    """The run's own config (plus the changes a resume may make, configs/resuming.py) and its last
+    good checkpoint, each checked before anything starts or is rewritten; `ConfigError` or
+    `CheckpointError` in one line otherwise."""
+    # Its folder, before a byte of it is read or written (experiments/run/folder_checks.py).
     run_dir = find_run(data_dir, run_uuid)
     if run_dir is None:
         raise ConfigError("resume", run_uuid, f"the uuid of a run under {data_dir}/ (none found there)")
-    try:  # before a byte of it is read or written (experiments/run/folder_checks.py)
+    try:
         check_run_folder(run_dir)
     except UnsafeRunFolder as e:
         raise ConfigError("resume", run_uuid, f"a run folder of plain files and folders ({e}; nothing was read or written)") from None
     if (pid := running_pid(run_dir)) is not None and pid != os.getpid():
         raise ConfigError("resume", run_uuid, f"a run that is not running (process {pid} is still running it)")
-    checkpoint = load_last_good_checkpoint(run_dir)
+    paths = checkpoint_paths(run_dir)
+    # Its last good checkpoint, which its records must reach (the resume keeps their rows up to it).
+    checkpoint = load_last_good_checkpoint(paths)
     check_records(run_dir, run_uuid, checkpoint)
-    saved = PPOConfig.from_dict(checkpoint.config)
-    run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
-    for name, value in overrides.items():
-        if name not in run_options | GROUPING and value != getattr(saved, name):
-            raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as "
-                                           "--device, and the grouping of its games, may change on --resume)")
-    config = config_from_overrides({"dashboard": None, **regrouped(saved, overrides)}, saved, is_known_game)
-    say_regrouping(saved, config)
-    if saved.dashboard is not None and config.dashboard is None:
-        say(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
-            "add --dashboard URL to send the resumed run to one")
+    # Its config, then what would otherwise fail only once the workers started.
+    saved, config = resumed_config(checkpoint.config, overrides, is_known_game)
     checkpoint.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
     checkpoint.check_random_states()
     if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, saved.n_envs)):
@@ -123,37 +115,15 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
         raise ConfigError("stop_after_env_steps", config.stop_after_env_steps,
                           f"at least the run's own {checkpoint.env_steps} agent steps (update {checkpoint.update} of "
                           f"{config.n_updates}), or none, to resume it")
-    checkpoint.live_values = checked_live_values(checkpoint.live_values)
     check_can_start(config, run_dir)
+    # Nothing refuses from here: the last writer's files go, and what the resume changes is said.
     release_run(run_dir)
+    checkpoint.live_values = checked_live_values(checkpoint.live_values)
+    say_regrouping(saved, config)
+    if saved.dashboard is not None and config.dashboard is None:
+        say(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
+            "add --dashboard URL to send the resumed run to one")
     return config, checkpoint
-
-
-# How the games are spread over worker processes: a speed setting of the machine (configs/grouping.py,
-# grouped_for_cores), that a resume may change (--n-workers, --envs-per-worker) as long as the
-# games stay the same: a run moved to a machine with other cores need not keep 8 processes on 2. Each game's
-# state is saved on its own, so a resume in another grouping is exact whenever the network acts for
-# the same games at once (ppo/rollout.py, acting_groups; tests/test_faults.py).
-GROUPING = {"n_workers", "envs_per_worker"}
-
-
-def regrouped(saved: PPOConfig, overrides: dict[str, Any]) -> dict[str, Any]:
-    """`overrides` with the grouping completed: a resume keeps the run's number of games, so one of
-    --n-workers and --envs-per-worker decides the other; `ConfigError` for a grouping of another number."""
-    games = saved.n_envs
-    chosen = {name: overrides[name] for name in sorted(GROUPING & overrides.keys())}
-    if len(chosen) == 1:
-        (name, value), = chosen.items()
-        if games % value:
-            raise ConfigError(name, value, f"a divisor of the resumed run's {games} games (a resume can regroup its games, "
-                                           "not change their number)")
-        other = (GROUPING - {name}).pop()
-        return {**overrides, other: games // value}
-    if len(chosen) == 2 and overrides["n_workers"] * overrides["envs_per_worker"] != games:
-        raise ConfigError("n_workers", f"{overrides['n_workers']} with --envs-per-worker {overrides['envs_per_worker']}",
-                          f"n_workers × envs_per_worker = the resumed run's {games} games (a resume can regroup its games, "
-                          "not change their number)")
-    return overrides
 
 
 def say_regrouping(saved: PPOConfig, config: PPOConfig) -> None:
