@@ -12,16 +12,16 @@ WORKERS_PER_CORE = 8  # past this, worker processes only add switching (and an e
 MIN_WORKERS_CAP = 16  # a small machine may still run the usual 8 or 16 processes
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity), as configs/grouping.py counts them."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no affinity call
-        return os.cpu_count() or 1
+def _cores() -> int:
+    """configs/grouping.py's `usable_cores`: its count of this process's cores, so that one rule says what a core is.
+    Imported when asked: configs/grouping.py imports configs/ppo.py, which imports this module."""
+    from configs.grouping import usable_cores as counted
+
+    return counted()
 
 
 def max_local_workers() -> int:
-    return max(MIN_WORKERS_CAP, WORKERS_PER_CORE * usable_cores())
+    return max(MIN_WORKERS_CAP, WORKERS_PER_CORE * _cores())
 
 
 def memory_bytes() -> int | None:
@@ -37,19 +37,21 @@ def local_workers_problem(n_workers: int) -> str | None:
     cap = max_local_workers()
     if n_workers <= cap:
         return None
-    return (f"at most {cap} worker processes on this machine's {usable_cores()} usable cores ({WORKERS_PER_CORE} a core; "
+    return (f"at most {cap} worker processes on this machine's {_cores()} usable cores ({WORKERS_PER_CORE} a core; "
             "--envs-per-worker puts more games in each)")
 
 
-def rollout_problem(n_envs: int, worker_steps: int, frame_stack: int) -> str | None:
+def rollout_problem(n_workers: int, envs_per_worker: int, worker_steps: int, frame_stack: int) -> str | None:
     """What is wrong with a rollout of this size here (the "accepted" text), or None: its
-    observations alone must fit in half the machine's memory."""
-    needed = n_envs * worker_steps * frame_stack * FRAME_BYTES
+    observations alone must fit in half the machine's memory. Each of the four options is named,
+    since any of them, given alone on the command line, can be the one that broke the product."""
+    needed = n_workers * envs_per_worker * worker_steps * frame_stack * FRAME_BYTES
     memory = memory_bytes()
     if memory is None or needed <= memory // 2:
         return None
-    return (f"a rollout whose observations fit in half this machine's memory ({n_envs} games × {worker_steps} steps × "
-            f"{frame_stack} frames × 84 × 84 bytes = {needed / 2**30:.1f} GiB; {memory / 2**30:.1f} GiB here)")
+    return (f"a rollout whose observations fit in half this machine's memory ({n_workers} n_workers × {envs_per_worker} "
+            f"envs_per_worker × {worker_steps} worker_steps × {frame_stack} frame_stack × 84 × 84 bytes = "
+            f"{needed / 2**30:.1f} GiB; {memory / 2**30:.1f} GiB here)")
 
 
 def url_problem(url: str) -> str | None:

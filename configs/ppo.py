@@ -288,7 +288,7 @@ def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None
     _check_backend(config)
     if config.backend == "local" and (problem := local_workers_problem(config.n_workers)):
         raise ConfigError("n_workers", config.n_workers, problem)
-    if problem := rollout_problem(config.n_envs, config.worker_steps, config.frame_stack):
+    if problem := rollout_problem(config.n_workers, config.envs_per_worker, config.worker_steps, config.frame_stack):
         raise ConfigError("worker_steps", config.worker_steps, problem)
     if config.dashboard is not None and (problem := url_problem(config.dashboard)):
         raise ConfigError("dashboard", config.dashboard, problem)
