@@ -100,9 +100,7 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
     if (pid := running_pid(run_dir)) is not None and pid != os.getpid():
         raise ConfigError("resume", run_uuid, f"a run that is not running (process {pid} is still running it)")
     paths = checkpoint_paths(run_dir)
-    # Its last good checkpoint, which its records must reach (the resume keeps their rows up to it).
     checkpoint = load_last_good_checkpoint(paths)
-    check_records(run_dir, run_uuid, checkpoint)
     # Its config, then what would otherwise fail only once the workers started.
     saved, config = resumed_config(checkpoint.config, overrides, is_known_game)
     checkpoint.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
@@ -115,7 +113,9 @@ def resume_config(data_dir: Path, run_uuid: str, overrides: dict[str, Any]) -> t
         raise ConfigError("stop_after_env_steps", config.stop_after_env_steps,
                           f"at least the run's own {checkpoint.env_steps} agent steps (update {checkpoint.update} of "
                           f"{config.n_updates}), or none, to resume it")
+    # The folder can be written, and its records reach the checkpoint (the resume keeps their rows up to it).
     check_can_start(config, run_dir)
+    check_records(run_dir, run_uuid, checkpoint)
     # Nothing refuses from here: the last writer's files go, and what the resume changes is said.
     release_run(run_dir)
     checkpoint.live_values = checked_live_values(checkpoint.live_values)
