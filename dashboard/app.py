@@ -83,15 +83,16 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     hp_store = HyperParamStore(settings.data_dir / "hyperparams.json")
     usage = RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes, settings.max_runs,
                      settings.max_store_bytes)
+    lane = StoreLane()
     handlers = DashboardHandlers(hp_store, usage,
                                  static_root, vendor_folders(settings.assets), build_index(static_root, settings.assets),
-                                 settings.assets.rewrite_index((OWN_STATIC / "hyperparams.html").read_text("utf-8")))
+                                 settings.assets.rewrite_index((OWN_STATIC / "hyperparams.html").read_text("utf-8")), lane)
     present_runs(hp_store)
     give_back_on_delete(usage)
     check_stock_routes(flask_app.app)
     replace_stock_routes(flask_app, first=[*handlers.routes(), *video_routes(settings.runs_dir)],
                          last=handlers.catch_all_routes())
-    serialize_store_writes(flask_app.app, StoreLane(), TRACK_PATH)
+    serialize_store_writes(flask_app.app, lane, TRACK_PATH)
     drop_stock_error_middleware(flask_app)
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")
     answer_errors_as_json(flask_app.app)

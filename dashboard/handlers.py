@@ -8,6 +8,7 @@ the handlers: they may only be imported once `labml_app_patches.load_labml_app` 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,12 @@ from dashboard.hyperparams import (
     dynamic_specs,
     ended,
     is_run_itself,
+    leg_started,
     param_state,
     reported_values,
     validate_changes,
 )
+from dashboard.lane import StoreLane
 from dashboard.run_display import initial_selected_configs
 from dashboard.usage import RunUsage
 from dashboard.web import BadRequest, json_endpoint
@@ -46,11 +49,13 @@ class DashboardHandlers:
 
     `usage` caps what each run stores, `static_root` is labml-app's front-end folder, `vendor`
     the local copies of its CDN libraries by package, `index_html` its page with those links
-    rewritten, `hyperparams_html` the live-hyperparameter page with the same links.
+    rewritten, `hyperparams_html` the live-hyperparameter page with the same links, `lane` the
+    store's one writer at a time (`lane.StoreLane`).
     """
 
     def __init__(self, hp_store: HyperParamStore, usage: RunUsage, static_root: Path, vendor: dict[str, Path],
-                 index_html: str, hyperparams_html: str) -> None:
+                 index_html: str, hyperparams_html: str, lane: StoreLane) -> None:
+        self.lane = lane
         self.hp_store = hp_store
         self.usage = usage
         self.static_root = static_root
@@ -95,6 +100,10 @@ class DashboardHandlers:
             # documented 'default') files the run under the token-less "float" project, and
             # it is claimed below.  Otherwise labml's client stops at the first reply.
             labml_token = labml_settings.FLOAT_PROJECT_TOKEN
+        if is_run_itself(run_uuid, stored_uuid, rank, main_rank) and leg_started(packets):
+            # labml sends a status only at a run's end, so a run resumed in a new process would stay
+            # "completed" (and refuse live changes) until its next end: its leg's start says it runs.
+            await self.lane.in_thread(reopen_run, run_uuid)
         # The stock handler reads the body with request.json(): hand it the strictly parsed one.
         request._json = body
         res: dict[str, Any] = await handlers._update_run(request, labml_token, version, run_uuid, rank,
@@ -210,6 +219,21 @@ class DashboardHandlers:
         if r is None:
             raise BadRequest(404, f"unknown run {run_uuid}")
         return r
+
+
+async def reopen_run(run_uuid: str) -> None:
+    """Mark a known run that has ended as in progress again (a new leg of it has started); its
+    next end sends its status as every end does."""
+    from labml_app.db import run as run_db
+    from labml_app.enums import RunEnums
+
+    r = run_db.get(run_uuid)
+    if r is None:
+        return  # a new run: labml-app creates it in progress
+    run_status = r.status.load().run_status.load()
+    if run_status.status != RunEnums.RUN_IN_PROGRESS:
+        run_status.status, run_status.details, run_status.time = RunEnums.RUN_IN_PROGRESS, None, time.time()
+        run_status.save()
 
 
 def run_status(r: Any) -> str:

@@ -183,6 +183,17 @@ def ended(packets: list[dict[str, Any]]) -> bool:
                for p in packets)
 
 
+# What labml's client sends once per leg, as `experiment.start()` begins it (labml's
+# `AppExperiment.start`): a run resumed in a new process sends them again, its end status only at its end.
+LEG_START_KEYS = ("pid", "start_step")
+
+
+def leg_started(packets: list[dict[str, Any]]) -> bool:
+    """Whether these packets begin a leg of the run: a process has started training it, so a run
+    the dashboard last saw end (completed, interrupted, crashed) is running again."""
+    return any(all(key in p for key in LEG_START_KEYS) for p in packets)
+
+
 def change_refusal(run_uuid: str, status: str) -> str | None:
     """Why a run cannot take a live change now, or None when it can."""
     if status in RUNNING:

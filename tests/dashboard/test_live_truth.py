@@ -96,3 +96,37 @@ def test_a_change_to_a_run_that_has_ended_is_refused(dashboard: Dashboard) -> No
     assert tweak.stderr.splitlines() == [f"python -m experiments.tweak: error: {answer['error']}"]
     _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
     assert info["params"]["epochs"]["pending"] is None
+
+
+def leg_start(pid: int) -> dict[str, Any]:
+    """What labml's client sends as `experiment.start()` begins a leg (labml's AppExperiment.start)."""
+    return {"name": "victim", "comment": "", "computer": "c0ffee", "start_step": 0, "tags": [], "pid": pid, "time": 4.0}
+
+
+def test_a_resumed_run_runs_again_takes_changes_and_ends_with_its_own_status(dashboard: Dashboard) -> None:
+    run_uuid = new_run(dashboard)
+    track(dashboard, run_uuid, {**leg_start(100), "time": 1.5})  # its first leg began: nothing changes
+    track(dashboard, run_uuid, {"status": {"rank": 0, "status": "interrupted", "time": 3.0}, "time": 3.0})
+    # A resume brings its history before its leg starts (experiments/run/dashboard_history.py): still ended.
+    track(dashboard, run_uuid, reports(2.5e-4, 4, 10))
+    status, _ = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"epochs": 6})
+    assert status == 409
+    track(dashboard, run_uuid, leg_start(200))  # the resumed process starts its leg
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert info["status"] == "in progress" and info["refusal"] is None
+    status, _ = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"epochs": 6})
+    assert status == 200
+    assert track(dashboard, run_uuid, reports(2.5e-4, 4, 20))["dynamic"] == {"epochs": 6}
+    track(dashboard, run_uuid, {**reports(2.5e-4, 6, 30), "status": {"rank": 0, "status": "completed", "time": 5.0}})
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert info["status"] == "completed" and info["params"]["epochs"]["applied"] == 6
+    status, _ = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"epochs": 3})
+    assert status == 409
+
+
+def test_a_leg_that_starts_and_ends_in_one_request_ends_with_its_status(dashboard: Dashboard) -> None:
+    run_uuid = new_run(dashboard)
+    track(dashboard, run_uuid, {"status": {"rank": 0, "status": "completed", "time": 3.0}, "time": 3.0})
+    track(dashboard, run_uuid, {**leg_start(300), "status": {"rank": 0, "status": "crashed", "time": 6.0}})
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert info["status"] == "crashed"
