@@ -215,9 +215,6 @@ def test_bad_population_or_interval_is_one_line_before_ray_starts(args: list[str
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the dashboard keeps a resumed run's status 'completed' (labml sends a status only at "
-                                       "a run's end) and refuses live changes to it with 409, so an explore, like a "
-                                       "person's tweak, cannot be queued for a member after its first segment")
 def test_the_dashboard_hands_member_1_its_explored_values(population: dict[str, Any]) -> None:
     (row,) = rows_of(population["folder"] / "lineage.csv")
     store = json.loads((population["folder"] / "dashboard" / "hyperparams.json").read_text())
