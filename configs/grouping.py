@@ -37,3 +37,13 @@ def grouped_unless_chosen(config: PPOConfig, overrides: Mapping[str, Any]) -> PP
     if config.backend != "local" or {"n_workers", "envs_per_worker"} & overrides.keys():
         return config
     return grouped_for_cores(config, usable_cores())
+
+
+def machine_choices(config: PPOConfig, overrides: Mapping[str, Any], cores: int | None = None) -> dict[str, str]:
+    """The fields of a new run `grouped_unless_chosen` set from this machine rather than from the
+    command line or the defaults, each with why (`{"n_workers": "2 usable cores", ...}`): what the
+    dashboard's configuration card shows as chosen by the machine, not set by the user."""
+    if config.backend != "local" or {"n_workers", "envs_per_worker"} & overrides.keys():
+        return {}
+    why = f"{usable_cores() if cores is None else cores} usable cores"
+    return {"n_workers": why, "envs_per_worker": why}

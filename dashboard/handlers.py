@@ -33,7 +33,7 @@ from dashboard.hyperparams import (
     validate_changes,
 )
 from dashboard.lane import StoreLane
-from dashboard.run_display import initial_selected_configs
+from dashboard.run_display import initial_selected_configs, keep_machine_choices
 from dashboard.usage import RunUsage
 from dashboard.web import BadRequest, json_endpoint
 
@@ -128,6 +128,7 @@ class DashboardHandlers:
             check_declarations(stored, packets)
         except HyperParamError as e:
             raise BadRequest(400, str(e)) from None
+        keep_machine_choices(stored, packets)
         return not stored and any(packet.get("configs") for packet in packets)
 
     async def _after_update(self, request: Request, run_uuid: str, packets: list[dict[str, Any]],

@@ -10,6 +10,8 @@ the trainer saves raises inside labml: the run dies.  `use_dashboard` hardens it
   (they were: it is the answer that is broken), so nothing is retried or lost;
 - `dynamic` reaches only registered live hyperparameters; each value is checked by its param
   (configs/live.py) before it is applied, so a dashboard can propose values, never impose them;
+- the configs it sends mark the ones this machine chose (`note_machine_choices`) with
+  `chosen_by_machine` (why), so the dashboard tells them from the ones the user set;
 - credentials in the dashboard's URL (``http://user:pass@host``, for an authenticating proxy)
   are sent as HTTP basic authentication and kept out of the URL labml is given, so none of its
   messages (which print that URL) can show them.
@@ -26,6 +28,20 @@ from typing import Any
 MAX_ANSWER_BYTES = 1024 * 1024  # labml-app's answers are a few hundred bytes
 MAX_URL_CHARS = 2048
 _warned: set[str] = set()
+_machine_choices: dict[str, str] = {}
+
+
+def note_machine_choices(choices: dict[str, str]) -> None:
+    """The configs of this process's run that the machine chose, each with why (configs/grouping.py
+    `machine_choices`); sent with its configs as `chosen_by_machine`."""
+    _machine_choices.clear()
+    _machine_choices.update(choices)
+
+
+def marked_configs(configs: dict[str, Any], choices: dict[str, str]) -> dict[str, Any]:
+    """labml's configs packet with `chosen_by_machine` added to each item the machine chose."""
+    return {key: {**item, "chosen_by_machine": choices[key]} if key in choices and isinstance(item, dict) else item
+            for key, item in configs.items()}
 
 
 def _warn_once(kind: str, message: str) -> None:
@@ -124,6 +140,15 @@ def harden_labml_sender() -> None:
     """Replace labml's answer handling in this process (idempotent)."""
     from labml.internal import experiment as labml_experiment
     from labml.internal.app import _AppTrackThread
+    from labml.internal.app.experiment import AppExperiment
 
     _AppTrackThread._send = _send
+    if not getattr(AppExperiment.save_configs, "marks_machine_choices", False):
+        stock_save_configs = AppExperiment.save_configs
+
+        def save_configs(self: Any, configs: dict[str, Any]) -> None:
+            stock_save_configs(self, marked_configs(configs, _machine_choices))
+
+        save_configs.marks_machine_choices = True  # type: ignore[attr-defined]
+        AppExperiment.save_configs = save_configs
     labml_experiment.ExperimentDynamicUpdateHandler.handle = _apply_dynamic

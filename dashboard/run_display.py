@@ -4,7 +4,10 @@ labml-app's stock choices fit a generic experiment, not this one:
 - its Metrics card charts the first series alphabetically (`approx_kl`) unless one is named
   `loss`: here the full-game score is the chart, the other series a click away on the metrics page;
 - its Configurations card lists only configs a user has ticked ("Default configurations"
-  otherwise): here it starts with the ones the run set explicitly and its live hyperparameters;
+  otherwise): here it starts with the ones the run set explicitly, the ones this machine chose and
+  its live hyperparameters, and labels each value `(set)`, `(machine: why)` or `(default)`: labml
+  marks every value that differs from the defaults "explicitly specified", a grouping chosen from the
+  cores included (`chosen_by_machine`, which the run's sender adds: dashboard/labml_client.py);
 - it shows a live hyperparameter as its declaration (`type: DynamicSchedule, default: …`):
   here as the value the run reported using last (else its starting value), and a change not yet
   applied as sent or pending, never as the run's value;
@@ -22,6 +25,7 @@ from typing import Any
 from dashboard.hyperparams import dynamic_specs
 
 SCORE = "score_mean_100"  # the learner's full-game, unclipped score (mean of the last 100 games)
+MACHINE = "chosen_by_machine"  # a config item's note of why this machine chose its value
 SHORT_UUID = 8  # as git shortens commits: enough to tell a folder's runs apart
 
 Number = int | float
@@ -56,7 +60,30 @@ def initial_selected_configs(configs: Mapping[str, Any]) -> list[str]:
     `is_explicitly_specified`, the options that differ from the defaults) and its live ones."""
     live = {spec.key for spec in dynamic_specs(configs).values()}
     return sorted(key for key, c in configs.items()
-                  if isinstance(c, dict) and (c.get("is_explicitly_specified") is True or c.get("name", key) in live))
+                  if isinstance(c, dict) and (c.get("is_explicitly_specified") is True or c.get("name", key) in live
+                                              or MACHINE in c))
+
+
+def keep_machine_choices(stored: Mapping[str, Any], packets: list[dict[str, Any]]) -> None:
+    """Keep what the run's first leg said the machine chose when a resumed leg re-sends the same
+    value without saying why (a resume keeps its run's grouping; only its first leg chose it)."""
+    for packet in packets:
+        for key, config in (packet.get("configs") or {}).items():
+            old = stored.get(key)
+            if isinstance(old, dict) and MACHINE in old and isinstance(config, dict) and MACHINE not in config \
+                    and config.get("computed") == old.get("computed"):
+                config[MACHINE] = old[MACHINE]
+
+
+def kind_text(config: Mapping[str, Any]) -> Any:
+    """A config's value as the card shows it, labelled with who chose it: `4 (set)` on the command
+    line, `2 (machine: 2 usable cores)` from this machine, `0.99 (default)`. Other shapes stay as sent."""
+    computed = config.get("computed")
+    if isinstance(computed, dict | list):
+        return computed
+    if isinstance(config.get(MACHINE), str):
+        return f"{computed} (machine: {config[MACHINE]})"
+    return f"{computed} ({'set' if config.get('is_explicitly_specified') is True else 'default'})"
 
 
 def live_text(default: Number, state: Mapping[str, Mapping[str, Number]], key: str) -> str:
@@ -82,6 +109,9 @@ def with_live_values(run_data: dict[str, Any], state: Mapping[str, Mapping[str, 
         spec = specs.get(str(c.get("name", c.get("key")))) if isinstance(c, dict) else None
         if spec is not None:
             c = {**c, "computed": live_text(spec.default, state, spec.key)}  # `value` keeps the declaration
+        elif isinstance(c, dict):
+            # Not bold as set: labml-app makes every value that differs from the defaults bold.
+            c = {**c, "computed": kind_text(c), "is_explicitly_specified": c.get("is_explicitly_specified") is True and MACHINE not in c}
         shown.append(c)
     return {**run_data, "configs": shown}
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from configs.cli import OneLineParser, fail, parse_config
 from configs.fields import ConfigError
-from configs.grouping import grouped_unless_chosen
+from configs.grouping import grouped_unless_chosen, machine_choices
+from dashboard.labml_client import note_machine_choices
 from experiments.run.console import say
 from experiments.run.lifecycle import TrainingRun
 from experiments.run.preflight import check_can_start
@@ -33,6 +34,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             config, resume = resume_config(Path(config.data_dir), args.resume, overrides)
         else:  # unless chosen on the command line: the games in one process per usable core
             config = grouped_unless_chosen(config, overrides)
+            # The dashboard's configuration card tells what this machine chose from what the user set;
+            # a resume keeps its run's grouping, which the dashboard keeps as the first leg said.
+            note_machine_choices(machine_choices(config, overrides))
             check_can_start(config)  # the device exists, the run folder can be written: before anything starts
     except (ConfigError, CheckpointError) as e:
         fail(str(e))

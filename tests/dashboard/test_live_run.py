@@ -24,7 +24,7 @@ def test_run_configs_and_metrics_reach_the_dashboard(dashboard: Dashboard, finis
     # A live hyperparameter shows its current value (here the one declared); `value` is the declaration.
     assert configs["learning_rate"]["computed"] == "0.00025 (live)"
     assert configs["learning_rate"]["value"]["type"] == "DynamicSchedule"
-    assert configs["gamma"]["computed"] == 0.99
+    assert configs["gamma"]["computed"] == "0.99 (default)"  # the card says who chose each value
 
     # Claimed automatically: listed under "Runs" rather than waiting to be deleted.
     assert run["is_claimed"] is True

@@ -9,6 +9,7 @@ from dashboard.hyperparams import HyperParamStore
 from dashboard.run_display import (
     default_series_preference,
     initial_selected_configs,
+    keep_machine_choices,
     list_summary,
     preference_when_score_appears,
     with_live_values,
@@ -70,3 +71,45 @@ def test_a_runs_list_entry_has_a_short_uuid_the_step_and_the_latest_score() -> N
     assert list_summary(summary, series) == {**summary, "comment": "01234567", "step": 1536,
                                              "metric_values": [{"name": "score_mean_100", "value": 2.25}]}
     assert list_summary({**summary, "comment": "lr sweep"}, {})["comment"] == "01234567 · lr sweep"
+
+
+def test_the_card_tells_set_from_chosen_by_the_machine_from_default() -> None:
+    # labml marks every value that differs from the defaults explicitly specified, the grouping the
+    # machine chose included; the run's sender notes that one (dashboard/labml_client.py).
+    configs = {"epochs": {"name": "epochs", "computed": 3, "is_explicitly_specified": True},
+               "n_workers": {"name": "n_workers", "computed": 2, "is_explicitly_specified": True,
+                             "chosen_by_machine": "2 usable cores"},
+               "envs_per_worker": {"name": "envs_per_worker", "computed": 4, "is_explicitly_specified": True,
+                                   "chosen_by_machine": "2 usable cores"},
+               "gamma": {"name": "gamma", "computed": 0.99, "is_explicitly_specified": False}}
+    shown = {c["key"]: c for c in with_live_values({"configs": [{"key": k, **c} for k, c in configs.items()]},
+                                                    {})["configs"]}
+    assert {k: c["computed"] for k, c in shown.items()} == {
+        "epochs": "3 (set)", "n_workers": "2 (machine: 2 usable cores)", "envs_per_worker": "4 (machine: 2 usable cores)",
+        "gamma": "0.99 (default)"}
+    assert [k for k, c in shown.items() if c["is_explicitly_specified"]] == ["epochs"]  # only what the user set is bold
+    assert initial_selected_configs(configs) == ["envs_per_worker", "epochs", "n_workers"]
+
+
+def test_a_resumed_leg_keeps_what_its_first_leg_said_the_machine_chose() -> None:
+    stored = {"n_workers": {"name": "n_workers", "computed": 2, "chosen_by_machine": "2 usable cores"},
+              "envs_per_worker": {"name": "envs_per_worker", "computed": 4, "chosen_by_machine": "2 usable cores"}}
+    # The resume keeps n_workers as it ran; --n-workers 4 on its command line regroups (4 × 2): set by the user.
+    packets = [{"configs": {"n_workers": {"name": "n_workers", "computed": 2},
+                            "envs_per_worker": {"name": "envs_per_worker", "computed": 2}}}]
+    keep_machine_choices(stored, packets)
+    assert packets[0]["configs"]["n_workers"]["chosen_by_machine"] == "2 usable cores"
+    assert "chosen_by_machine" not in packets[0]["configs"]["envs_per_worker"]
+
+
+def test_the_run_marks_only_the_grouping_it_chose_from_the_cores() -> None:
+    from configs.grouping import machine_choices
+    from configs.ppo import PPOConfig
+    from dashboard.labml_client import marked_configs
+
+    assert machine_choices(PPOConfig(), {}, cores=2) == {"n_workers": "2 usable cores", "envs_per_worker": "2 usable cores"}
+    assert machine_choices(PPOConfig(), {"n_workers": 4}, cores=2) == {}  # the command line chose
+    assert machine_choices(PPOConfig(backend="ray"), {}, cores=2) == {}  # Ray actors: not grouped by cores
+    sent = {"n_workers": {"name": "n_workers", "computed": 2}, "gamma": {"name": "gamma", "computed": 0.99}}
+    assert marked_configs(sent, {"n_workers": "2 usable cores"}) == {
+        "n_workers": {"name": "n_workers", "computed": 2, "chosen_by_machine": "2 usable cores"}, "gamma": sent["gamma"]}
