@@ -108,6 +108,25 @@ class Checkpoint:
         check_random_states(self.stored())
 
 
+# What "the learner" is: the network, Adam's state and the schedule position (updates and agent
+# steps, which set the annealing). Everything else of a checkpoint is the run's own: its games and
+# their records, its seeds and random streams, its live values, its machines and counters.
+LEARNER_FIELDS = ("model", "optimizer", "update", "env_steps")
+
+
+def with_learner_of(own: Checkpoint, donor: Checkpoint) -> Checkpoint:
+    """`own` with `donor`'s learner (`LEARNER_FIELDS`) in place of its own: what population-based
+    training's exploit copies. The result keeps `own`'s games (emulator states, counts, scores),
+    seeds, random streams, live values and config, so the run it resumes plays its own games on.
+    `CheckpointError` when the donor's model is not a model of `own`'s shape (actions, frames).
+    Neither argument is changed; the result shares their tensors, as `stored` does."""
+    frames = own.config.get("frame_stack")
+    if not isinstance(frames, int) or isinstance(frames, bool):
+        raise CheckpointError(f"the checkpoint's config has frame_stack {frames!r}; expected an integer")
+    donor.check_fits(own.n_actions, frames, "the checkpoint it is copied into")
+    return dataclasses.replace(own, **{name: getattr(donor, name) for name in LEARNER_FIELDS})
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
