@@ -477,3 +477,29 @@ def test_two_labels_get_a_two_sided_test_column() -> None:
     assert rows[2].endswith("| – |")
     assert "| +3.0 [+0.7, +5.3] (Welch t +3.67, df 4.0, p 0.02; permutation p 0.10) |" in rows[3]
     assert "B − A" not in table([a], [100])
+
+
+def test_a_pbt_population_is_drawn_beside_fixed_seeds_at_equal_agent_steps(cli, tmp_path: Path) -> None:
+    # As experiments.pbt lays a population out: <name>/pbt-…/population.json naming the members,
+    # whose runs sit beside it as <name>/<run uuid>/ (an exploit leaves each member's own games.csv,
+    # counted in its own agent steps, which every member takes in step with the others).
+    population = tmp_path / "runs" / "pbt-2" / "pbt-20261126-230000-abcdef"
+    (population / "dashboard").mkdir(parents=True)  # the private dashboard's data: no run of the population
+    (population / "population.json").write_text(json.dumps({"members": [{"run_uuid": "aa", "seed": 1}, {"run_uuid": "bb", "seed": 2}]}))
+    sides = {"pbt": {population.parent / "aa": [2.0, 6.0, 10.0], population.parent / "bb": [4.0, 8.0, 12.0]},
+             "fixed": {tmp_path / "fixed" / "seed1": [1.0, 1.0, 3.0], tmp_path / "fixed" / "seed2": [1.0, 3.0, 5.0]}}
+    for runs in sides.values():
+        for run, scores in runs.items():
+            with GamesCsv(run / "games.csv", keep=0) as games:
+                games.append([(100 * (i + 1), i + 1, s, 10, False) for i, s in enumerate(scores)])
+            (run / "summary.json").write_text(json.dumps({"env_steps": 300}))
+    result = cli.run("experiments.curves", "--runs", f"pbt={population}", "--runs", f"fixed={tmp_path / 'fixed'}",
+                     "--grid", "100", "--window", "2", "--budgets", "200", "300", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    # At 200 agent steps a run (400 for each side's two): pbt mean(2, 6) = 4 and mean(4, 8) = 6; fixed 1 and 2.
+    # At 300: pbt 8 and 10; fixed 2 and 4.
+    assert "| 200 | **5.0** ± 1.0 (4.0 / 6.0) | **1.5** ± 0.5 (1.0 / 2.0) |" in result.stdout
+    assert "| 300 | **9.0** ± 1.0 (8.0 / 10.0) | **3.0** ± 1.0 (2.0 / 4.0) |" in result.stdout
+    rows = [(r["label"], r["env_step"], r["seeds"]) for r in csv.DictReader((tmp_path / "out" / "curves.csv").open())]
+    assert rows == [(label, str(step), "2") for label in ("pbt", "fixed") for step in (100, 200, 300)]
+    assert_plot_drawn(tmp_path / "out" / "curves.png")
