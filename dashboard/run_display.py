@@ -82,8 +82,19 @@ def kind_text(config: Mapping[str, Any]) -> Any:
     if isinstance(computed, dict | list):
         return computed
     if isinstance(config.get(MACHINE), str):
-        return f"{computed} (machine: {config[MACHINE]})"
-    return f"{computed} ({'set' if config.get('is_explicitly_specified') is True else 'default'})"
+        return f"{plain(computed)} (machine: {config[MACHINE]})"
+    return f"{plain(computed)} ({'set' if config.get('is_explicitly_specified') is True else 'default'})"
+
+
+def plain(value: Any) -> str:
+    """A value as labml-app's card writes one (`100,000`, `false`, `0.00025`)."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "none"}[value]
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def live_text(default: Number, state: Mapping[str, Mapping[str, Number]], key: str) -> str:

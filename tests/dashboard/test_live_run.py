@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import base64
+import time
 from array import array
 from pathlib import Path
 from typing import Any
 
-from dashboard_support import Dashboard, ProbeRun, run_tool
+from dashboard_support import RUN_LIMIT_S, Dashboard, ProbeRun, run_tool
+
+
+def wait_for(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + RUN_LIMIT_S  # a cap: the loop ends as soon as the condition holds
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.2)
 
 
 def series_of(metrics: dict[str, Any], name: str) -> dict[str, list[float]]:
@@ -42,8 +50,10 @@ def test_live_change_from_the_terminal_reaches_the_running_script(dashboard: Das
     probe = ProbeRun(tmp_path, f"{dashboard.url}/api/v1/default", "2000", "--until", "learning_rate=0.001")
     try:
         run_uuid = probe.run_uuid()
-        # The run's configs (and so its dynamic hyperparameters) arrive with its first update.
+        # The run's configs (and so its dynamic hyperparameters) arrive with an update after the one
+        # whose answer makes labml print the run's page.
         probe.wait_for_line(lambda line: "Monitor experiment at" in line)
+        wait_for(lambda: dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")[1].get("params"), "the run's configs")
 
         listed = run_tool("experiments.tweak", run_uuid, "--dashboard", dashboard.url)
         assert listed.returncode == 0, listed.stderr

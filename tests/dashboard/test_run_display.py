@@ -81,14 +81,19 @@ def test_the_card_tells_set_from_chosen_by_the_machine_from_default() -> None:
                              "chosen_by_machine": "2 usable cores"},
                "envs_per_worker": {"name": "envs_per_worker", "computed": 4, "is_explicitly_specified": True,
                                    "chosen_by_machine": "2 usable cores"},
-               "gamma": {"name": "gamma", "computed": 0.99, "is_explicitly_specified": False}}
+               "gamma": {"name": "gamma", "computed": 0.99, "is_explicitly_specified": False},
+               "updates": {"name": "updates", "computed": 100000, "is_explicitly_specified": True},
+               "target_kl": {"name": "target_kl", "computed": None, "is_explicitly_specified": False},
+               "anneal_learning_rate": {"name": "anneal_learning_rate", "computed": False, "is_explicitly_specified": True}}
     shown = {c["key"]: c for c in with_live_values({"configs": [{"key": k, **c} for k, c in configs.items()]},
                                                     {})["configs"]}
     assert {k: c["computed"] for k, c in shown.items()} == {
         "epochs": "3 (set)", "n_workers": "2 (machine: 2 usable cores)", "envs_per_worker": "4 (machine: 2 usable cores)",
-        "gamma": "0.99 (default)"}
-    assert [k for k, c in shown.items() if c["is_explicitly_specified"]] == ["epochs"]  # only what the user set is bold
-    assert initial_selected_configs(configs) == ["envs_per_worker", "epochs", "n_workers"]
+        "gamma": "0.99 (default)", "updates": "100,000 (set)", "target_kl": "none (default)",
+        "anneal_learning_rate": "false (set)"}  # written as labml-app's card writes values
+    # only what the user set is bold
+    assert [k for k, c in shown.items() if c["is_explicitly_specified"]] == ["epochs", "updates", "anneal_learning_rate"]
+    assert initial_selected_configs(configs) == ["anneal_learning_rate", "envs_per_worker", "epochs", "n_workers", "updates"]
 
 
 def test_a_resumed_leg_keeps_what_its_first_leg_said_the_machine_chose() -> None:

@@ -32,8 +32,8 @@ PAGE_LIMIT_S = 120.0
 # updates; --max-worker-restarts 0 makes one killed worker a fault.
 TINY = ["--n-workers", "2", "--worker-steps", "32", "--minibatches", "2", "--epochs", "1",
         "--max-episode-frames", "200", "--updates", "100000"]
-CHANGED = {"n_workers": "2", "worker_steps": "32", "minibatches": "2", "max_episode_frames": "200",
-           "updates": "100,000", "anneal_learning_rate": "false"}  # as the card writes them
+CHANGED = {"n_workers": "2 (set)", "worker_steps": "32 (set)", "minibatches": "2 (set)", "max_episode_frames": "200 (set)",
+           "updates": "100,000 (set)", "anneal_learning_rate": "false (set)"}  # as the card writes them
 
 
 def needs_chromium(test: Any) -> Any:
@@ -68,6 +68,8 @@ def breakout_run(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory)
     try:
         line = run.wait_for_line(lambda text: "Monitor experiment at" in text)
         run_uuid = re.search(r"/run/([0-9a-f]{32})", line).group(1)
+        # Its configs (the live values among them) may come with a later update than the one labml's page line answers.
+        wait_for(lambda: dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")[1].get("params"), "the run's configs")
         tweak = run_tool("experiments.tweak", run_uuid, "learning_rate=1e-3", "--dashboard", dashboard.url)
         assert tweak.returncode == 0, tweak.stderr
         # The trainer applies it at its next update and says so on its console.
@@ -121,7 +123,7 @@ def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashb
     status, info = dashboard.request("GET", f"/api/v1/run/{run_uuid}")
     assert status == 200 and info["name"] == "Breakout"
     configs = {c["key"]: c for c in info["configs"]}
-    assert configs["n_workers"]["computed"] == 2 and configs["clip_range"]["value"]["type"] == "DynamicSchedule"
+    assert configs["n_workers"]["computed"] == "2 (set)" and configs["clip_range"]["value"]["type"] == "DynamicSchedule"
 
     wait_for(lambda: {"policy_loss", "value_loss", "entropy", "learning_rate", "sps", "score_mean_100"}
              <= metric_names(dashboard, run_uuid), "the run's last packets")  # delivered as the run exits
