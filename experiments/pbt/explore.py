@@ -1,14 +1,16 @@
 """Exploit and explore: what a member takes from a better one, and how its values are perturbed.
 
-Exploit rewrites the member's own newest checkpoint: the donor's network weights, Adam state and
-schedule position (update and agent steps, which set the annealing) replace its own; its games
-(emulator states, seeds, the games.csv rows they counted), its random streams and its live values
-stay its own. The donor's live values, perturbed, become the member's (`exploit` says how they
-travel), so the member's page and updates.csv show the change as they show a person's.
+Exploit rewrites the member's own newest checkpoint with ppo/checkpoint.py's `with_learner_of`:
+the donor's network weights, Adam state and schedule position (update and agent steps, which set
+the annealing) replace its own; its games (emulator states, seeds, the games.csv rows they
+counted), its random streams and its live values stay its own. The donor's live values,
+perturbed, become the member's (`exploit` says how they travel), so the member's page and
+updates.csv show the change as they show a person's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +18,12 @@ import numpy as np
 
 from configs.ppo import PPOConfig, live_ranges, live_value_problem
 from experiments.run.folders import checkpoint_path, rotate_in
-from ppo.checkpoint import load_checkpoint, save_checkpoint
+from ppo.checkpoint import read_checkpoint, save_checkpoint, with_learner_of
 
 # The live values updates.csv records (learning_rate and clip_range as annealed, epochs as
 # epochs_done), so each change a member is sent shows in its run folder as well as on its page.
 DEFAULT_EXPLORED = ("learning_rate", "clip_range", "epochs")
 FACTORS = (0.8, 1.2)  # Jaderberg et al. 2017's perturbation
-COPIED = ("model", "optimizer", "update", "env_steps")  # the learner and its place in the schedule
 
 
 def check_explored(names: list[str]) -> str | None:
@@ -64,10 +65,10 @@ def exploit(member_dir: Path, donor_dir: Path, names: list[str], rng: np.random.
     keeps it). In the checkpoint they are in use from the member's first update after the exploit,
     in every population made by the same command; the queued copy is what the member's page and a
     person see, and it changes nothing when it lands."""
-    own = load_checkpoint(checkpoint_path(member_dir))
-    donor = load_checkpoint(checkpoint_path(donor_dir))
-    changes = perturbed(donor["live_values"], names, rng)
-    state = {**own, **{key: donor[key] for key in COPIED}, "live_values": {**own["live_values"], **changes}}
+    own = read_checkpoint(checkpoint_path(member_dir))
+    donor = read_checkpoint(checkpoint_path(donor_dir))
+    changes = perturbed({**donor.config, **donor.live_values}, names, rng)  # config: its starting values
+    state = dataclasses.replace(with_learner_of(own, donor), live_values={**own.live_values, **changes})
     rotate_in(member_dir, lambda path: save_checkpoint(path, state))
     return changes
 
