@@ -3,8 +3,8 @@ and what a person sees of its runs in a real browser: the runs list, a run page,
 configurations, the live-hyperparameter page.
 
 Two runs are sent to one dashboard: a Breakout run that takes a live change and is stopped with
-Ctrl-C (SIGINT), and a Pong run named "faults" that a killed worker stops (a fault). With
-DASHBOARD_SCREENSHOTS=docs the browser tests write the README's screenshots there.
+Ctrl-C (SIGINT), and a Pong run named "faults" that a killed worker stops (a fault).
+(The docs' screenshots come from `docs/screenshots.py`, which drives the same pages.)
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 import time
@@ -26,7 +25,6 @@ from test_live_run import series_of
 
 from experiments.chaos import worker_pids
 
-SCREENSHOTS_ENV = "DASHBOARD_SCREENSHOTS"  # a folder: dashboard.png, dashboard-runs.png, dashboard-hyperparams.png
 PAGE_LIMIT_S = 120.0
 # Short games (200 frames = 50 agent steps, then truncated) give the run a score within its first
 # updates; --max-worker-restarts 0 makes one killed worker a fault.
@@ -112,8 +110,6 @@ def save_screenshot(browser: Browser, tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     browser.screenshot(path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    if os.environ.get(SCREENSHOTS_ENV):
-        shutil.copy(path, Path(os.environ[SCREENSHOTS_ENV]) / name)
 
 
 def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashboard, breakout_run: dict[str, Any]) -> None:
