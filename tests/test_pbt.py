@@ -23,13 +23,16 @@ import pytest
 import torch
 
 from configs.ppo import live_value_problem
+from dashboard.client import DashboardError, get_hyperparams
 from experiments.curves import parse_runs
 from experiments.pbt import main
 from experiments.pbt.cli import exploit_and_explore
 from experiments.pbt.explore import changes_text, perturbed
 from experiments.pbt.population import Population
-from experiments.run.folders import find_run
+from experiments.run.folders import find_run, running_pid
+from experiments.run.updates_csv import read_updates
 from game.vector.ray_actors import ray_installed
+from ppo.checkpoint import read_checkpoint
 from tests.conftest import REPO, Cli
 
 TINY = ["--worker-steps", "16", "--n-workers", "1", "--envs-per-worker", "2", "--backend", "serial",
@@ -134,6 +137,9 @@ def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
 def test_member_1_copies_member_0s_learner_and_keeps_its_own_games(population: dict[str, Any]) -> None:
     lineage = rows_of(population["folder"] / "lineage.csv")
     assert [(r["update"], r["member"], r["copied_from"]) for r in lineage] == [("3", "1", "0")]
+    said = population["interrupted"]["stderr"] + population["resumed"].stderr
+    assert ("member 1 (no game ended yet) takes member 0's weights, Adam state and schedule position (no game ended "
+            "yet) at update 3, keeps its own games and seeds; its live values become " + lineage[0]["changes"]) in said, said
     donor = next(c for c in checkpoints(population["run_dirs"][0]) if c["update"] == 3)
     at_2 = [c for c in checkpoints(population["run_dirs"][1]) if c["update"] == 3]
     copied = [c for c in at_2 if all(torch.equal(v, donor["model"][k]) for k, v in c["model"].items())]
@@ -211,6 +217,148 @@ def test_bad_population_or_interval_is_one_line_before_ray_starts(args: list[str
     assert exit_.value.code == 2
     assert len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "runs").exists()  # nothing started, nothing written
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The fixture's population (same options, same seeds) run through without a stop."""
+    if not ray_installed():
+        pytest.skip('Ray is not installed (pip install -e ".[ray]")')
+    data = tmp_path_factory.mktemp("pbt-whole") / "runs"
+    cli = Cli()
+    result = cli.run("experiments.pbt", "--population", "2", "--interval", "3", *TINY, "--data-dir", str(data), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    folder = Path(result.stdout.strip().splitlines()[-1]).parent
+    members = json.loads((folder / "population.json").read_text())["members"]
+    return {"result": result, "folder": folder, "run_dirs": [find_run(data, m["run_uuid"]) for m in members],
+            "leftovers": cli.leftovers()}
+
+
+TIMING = ("sps", "sample_sps", "update_sps")  # wall-clock rates: the one thing a stop may change
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_resumed_population_continues_exactly_as_one_never_stopped(population: dict[str, Any],
+                                                                     uninterrupted: dict[str, Any]) -> None:
+    assert uninterrupted["result"].stdout.strip().splitlines()[-1] == str(uninterrupted["folder"] / "lineage.csv")
+    assert uninterrupted["leftovers"] == []
+    assert rows_of(population["folder"] / "lineage.csv") == rows_of(uninterrupted["folder"] / "lineage.csv")
+    for stopped_dir, whole_dir in zip(population["run_dirs"], uninterrupted["run_dirs"], strict=True):
+        stopped, whole = (read_checkpoint(d / "checkpoints" / "checkpoint.pt") for d in (stopped_dir, whole_dir))
+        assert stopped.update == whole.update == 6
+        assert all(torch.equal(stopped.model[k], whole.model[k]) for k in whole.model)
+        assert all(torch.equal(a, b) for a, b in zip(stopped.optimizer["state"][0].values(),
+                                                     whole.optimizer["state"][0].values(), strict=True))
+        assert repr(stopped.env_states) == repr(whole.env_states) and stopped.live_values == whole.live_values
+        assert torch.equal(stopped.sample_generator, whole.sample_generator) and stopped.shuffle_rng == whole.shuffle_rng
+        rows = [[{k: v for k, v in r.items() if k not in TIMING} for r in read_updates(d / "updates.csv")]
+                for d in (stopped_dir, whole_dir)]
+        assert rows[0] == rows[1]  # every loss, KL, clip fraction and value used, update by update
+
+
+UPDATES = 10_000  # a checkpoint each: the first segment (5,000 updates) outlasts the test by far
+LONG = [*TINY[:TINY.index("--total-env-steps")], "--total-env-steps", str(32 * UPDATES), "--epochs", "1", "--minibatches", "2",
+        "--checkpoint-every", "1"]
+HAND_LR = 1e-4
+
+
+def stop_for_good(process: subprocess.Popen[str], cli: Cli) -> None:
+    """A population a test gave up on: a Ctrl-C to its group, then SIGKILL, then any process of its
+    left behind (a killed driver cannot stop its dashboard), each by its pid."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    for pid in cli.leftovers():
+        os.kill(pid, signal.SIGKILL)
+
+
+def reported(dashboard: str, run_uuid: str) -> bool:
+    """Whether the dashboard has the run's own report of its live values (it is running there)."""
+    try:
+        param = get_hyperparams(dashboard, run_uuid)["params"].get("learning_rate")  # absent before its configs
+    except DashboardError:  # not known there yet
+        return False
+    return param is not None and param["applied"] is not None
+
+
+@pytest.fixture(scope="module")
+def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A population of 2 in a long first segment (the test stops it long before its end): a person tweaks member 0 with experiments.tweak,
+    member 1's process is killed (kill -9) and comes back, then a Ctrl-C to the process group."""
+    if not ray_installed():
+        pytest.skip('Ray is not installed (pip install -e ".[ray]")')
+    data = tmp_path_factory.mktemp("pbt-long") / "runs"
+    cli = Cli()
+    args = [sys.executable, "-m", "experiments.pbt", "--population", "2", "--interval", str(UPDATES // 2), *LONG, "--data-dir", str(data)]
+    process = subprocess.Popen(args, cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        state_file = wait_for(lambda: next(data.glob("breakout/pbt-*/population.json"), None), process, "population.json")
+        state = json.loads(state_file.read_text())
+        run_dirs = wait_for(lambda: all(d := [find_run(data, m["run_uuid"]) for m in state["members"]]) and d, process, "run folders")
+        updates = [d / "updates.csv" for d in run_dirs]
+        wait_for(lambda: all(u.exists() and rows_of(u) for u in updates), process, "a first update of each member")
+        # As a person would: once the dashboard shows member 0 running (it has reported its values).
+        url, member_0 = state["fixed"]["dashboard"], state["members"][0]["run_uuid"]
+        wait_for(lambda: reported(url, member_0), process, "member 0 running on the dashboard")
+        tweak = cli.run("experiments.tweak", member_0, f"learning_rate={HAND_LR}", "--dashboard", url)
+        # In use: member 0's updates.csv shows the hand-set base, annealed over 1,000 updates.
+        wait_for(lambda: any(float(r["learning_rate"]) == pytest.approx(HAND_LR * (1 - (int(r["update"]) - 1) / UPDATES))
+                             for r in rows_of(updates[0])), process, "the hand-set learning rate in member 0's updates.csv")
+        killed = running_pid(run_dirs[1])
+        assert killed is not None
+        last_before = int(rows_of(updates[1])[-1]["update"])
+        os.kill(killed, signal.SIGKILL)
+        wait_for(lambda: running_pid(run_dirs[1]) not in (None, killed) and int(rows_of(updates[1])[-1]["update"]) > last_before,
+                 process, "member 1 training again after its kill")
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=600)
+        leftovers = cli.leftovers()  # before the clean-up below, which kills any
+    finally:  # a failed wait above must leave nothing running: the population's own stop first
+        stop_for_good(process, cli)
+    return {"code": process.returncode, "stdout": out, "stderr": err, "tweak": tweak, "killed": killed,
+            "folder": state_file.parent, "run_dirs": run_dirs, "leftovers": leftovers}
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_person_tweaks_a_member_by_hand_while_the_population_runs(tweaked_killed_stopped: dict[str, Any]) -> None:
+    tweak = tweaked_killed_stopped["tweak"]
+    assert tweak.returncode == 0, tweak.stderr
+    member_0 = tweaked_killed_stopped["run_dirs"][0]
+    used = [(int(r["update"]), float(r["learning_rate"]) / (1 - (int(r["update"]) - 1) / UPDATES))
+            for r in rows_of(member_0 / "updates.csv")]
+    # Its own value, then the hand-set one from some update on, to the end.
+    switch = next(i for i, (_, base) in enumerate(used) if base == pytest.approx(HAND_LR))
+    assert switch >= 1 and all(base == pytest.approx(2.5e-4) for _, base in used[:switch])
+    assert all(base == pytest.approx(HAND_LR) for _, base in used[switch:])
+    assert read_checkpoint(member_0 / "checkpoints" / "checkpoint.pt").live_values["learning_rate"] == pytest.approx(HAND_LR)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_killed_member_is_run_again_from_its_last_checkpoint(tweaked_killed_stopped: dict[str, Any]) -> None:
+    member_1 = tweaked_killed_stopped["run_dirs"][1]
+    numbers = [int(r["update"]) for r in rows_of(member_1 / "updates.csv")]
+    assert numbers == list(range(1, len(numbers) + 1))  # each update once: the kill's lost update done again
+    assert "failed" not in tweaked_killed_stopped["stderr"], tweaked_killed_stopped["stderr"][-3000:]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ctrl_c_in_a_long_segment_checkpoints_every_member_at_its_last_update(tweaked_killed_stopped: dict[str, Any]) -> None:
+    assert tweaked_killed_stopped["code"] == 130, tweaked_killed_stopped["stderr"][-3000:]
+    assert tweaked_killed_stopped["stdout"].strip().splitlines()[-1] == str(tweaked_killed_stopped["folder"] / "lineage.csv")
+    for run_dir in tweaked_killed_stopped["run_dirs"]:
+        last = int(rows_of(run_dir / "updates.csv")[-1]["update"])
+        assert read_checkpoint(run_dir / "checkpoints" / "checkpoint.pt").update == last
+        assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert tweaked_killed_stopped["leftovers"] == []  # no Ray process, member, worker or dashboard
 
 
 @pytest.mark.ray

@@ -3,8 +3,8 @@
 Every training option (`python -m experiments.breakout --help`) is shared by the members; member i
 trains with seed --seed + i. The last line printed on stdout is the path of the population's
 lineage.csv; everything else goes to stderr. Exit codes: 0 every member reached its last update;
-1 a member failed and could not be replaced; 130 stopped by Ctrl-C/SIGTERM (every member with a
-checkpoint: `--resume FOLDER` goes on).
+1 a member failed and could not be replaced, or the Ray cluster could not be joined; 130 stopped
+by Ctrl-C/SIGTERM (every member with a checkpoint: `--resume FOLDER` goes on).
 """
 
 from __future__ import annotations
@@ -151,9 +151,13 @@ def run(population: Population, address: str | None) -> int:
             f"  dashboard {population.fixed['dashboard']}; members (tweak them by hand with python -m experiments.tweak): "
             + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members)))
         try:
-            if not connect(address, population.cpus_per_member):
-                say(f"error: no node of the cluster at {address} has {population.cpus_per_member:g} CPUs for a member")
-                return 2
+            try:
+                fits = connect(address, population.cpus_per_member)
+            except ConnectionError as e:  # no cluster there, or one that refuses this driver (its auth token)
+                raise RuntimeError(f"--ray-address {address}: could not join a Ray cluster there "
+                                   f"({str(e).strip().splitlines()[0]}); no member ran") from None
+            if not fits:
+                raise RuntimeError(f"no node of the cluster at {address} has {population.cpus_per_member:g} CPUs for a member")
             failures: dict[int, str | None] = {}
             while population.generation < len(targets):
                 target = targets[population.generation]
