@@ -289,7 +289,7 @@ def reported(dashboard: str, run_uuid: str) -> bool:
 @pytest.fixture(scope="module")
 def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A population of 2 in a long first segment (the test stops it long before its end): a person tweaks member 0 with experiments.tweak,
-    member 1's process is killed (kill -9) and comes back, then a Ctrl-C to the process group."""
+    member 1's process is killed (kill -9) and comes back, then a SIGTERM to the driver."""
     if not ray_installed():
         pytest.skip('Ray is not installed (pip install -e ".[ray]")')
     data = tmp_path_factory.mktemp("pbt-long") / "runs"
@@ -316,7 +316,7 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
         os.kill(killed, signal.SIGKILL)
         wait_for(lambda: running_pid(run_dirs[1]) not in (None, killed) and int(rows_of(updates[1])[-1]["update"]) > last_before,
                  process, "member 1 training again after its kill")
-        os.killpg(process.pid, signal.SIGINT)
+        process.terminate()  # SIGTERM to the driver alone, as `kill PID` or a service manager sends
         out, err = process.communicate(timeout=600)
         leftovers = cli.leftovers()  # before the clean-up below, which kills any
     finally:  # a failed wait above must leave nothing running: the population's own stop first
@@ -351,7 +351,7 @@ def test_a_killed_member_is_run_again_from_its_last_checkpoint(tweaked_killed_st
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_ctrl_c_in_a_long_segment_checkpoints_every_member_at_its_last_update(tweaked_killed_stopped: dict[str, Any]) -> None:
+def test_a_sigterm_in_a_long_segment_checkpoints_every_member_at_its_last_update(tweaked_killed_stopped: dict[str, Any]) -> None:
     assert tweaked_killed_stopped["code"] == 130, tweaked_killed_stopped["stderr"][-3000:]
     assert tweaked_killed_stopped["stdout"].strip().splitlines()[-1] == str(tweaked_killed_stopped["folder"] / "lineage.csv")
     for run_dir in tweaked_killed_stopped["run_dirs"]:

@@ -127,6 +127,11 @@ def queue_on_dashboard(population: Population, member: int, changes: dict[str, A
     return True
 
 
+def stop(signum: int, frame: object) -> None:
+    """SIGTERM stops the population as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 def _score(score: float | None) -> str:
     return "no game ended yet" if score is None else f"score {score:.1f}"
 
@@ -158,6 +163,9 @@ def run(population: Population, address: str | None) -> int:
                                    f"({str(e).strip().splitlines()[0]}); no member ran") from None
             if not fits:
                 raise RuntimeError(f"no node of the cluster at {address} has {population.cpus_per_member:g} CPUs for a member")
+            # ray.init puts its own SIGTERM handler in this process, one that aborts it and leaves
+            # the members without their last checkpoint: ours again, so a SIGTERM is a Ctrl-C.
+            signal.signal(signal.SIGTERM, stop)
             failures: dict[int, str | None] = {}
             while population.generation < len(targets):
                 target = targets[population.generation]
@@ -208,9 +216,6 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         population, address = plan(args)
     except (ConfigError, PbtError) as e:
         fail(str(e))
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
     return run(population, address)
