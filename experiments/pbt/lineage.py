@@ -31,7 +31,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 def plot(path: Path, lineage: list[dict[str, str]], run_dirs: list[Path]) -> None:
     """Each member's score_mean_100 and learning rate against its updates (from updates.csv), an
-    arrow from donor to member at each exploit."""
+    arrow from donor to member at each exploit, and its row (member←donor: values) along its line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,6 +55,9 @@ def plot(path: Path, lineage: list[dict[str, str]], run_dirs: list[Path]) -> Non
         start, end = curves.get(int(donor), {}).get(update), curves.get(member, {}).get(update)
         for axes in (top, bottom):
             axes.axvline(update, color="0.85", linewidth=0.8, zorder=0)
+        # Who took whose learner, with which values, along the exploit's line.
+        bottom.annotate(f"{member}←{donor}: {row['changes']}", (update, 1.0), xycoords=("data", "axes fraction"),
+                        rotation=90, va="top", ha="right", fontsize="x-small", color=f"C{member % 10}")
         if start is not None and end is not None:
             top.annotate("", (update, end), (update, start), arrowprops={"arrowstyle": "->", "color": f"C{member % 10}"})
     top.set_ylabel("score_mean_100")
