@@ -125,9 +125,11 @@ def get_hyperparams(dashboard_url: str, run_uuid: str, *, timeout_s: float = 10.
 
 
 def set_hyperparams(dashboard_url: str, run_uuid: str, values: Mapping[str, Number], *,
-                    timeout_s: float = 10.0) -> dict[str, Number]:
-    """Queue new values for the run; they reach it with its next update. Returns all pending values."""
-    req = urllib.request.Request(_api(dashboard_url, run_uuid), method="POST",
+                    timeout_s: float = 10.0, next_leg: bool = False) -> dict[str, Number]:
+    """Queue new values for the run; they reach it with its next update. Returns all pending values.
+    `next_leg`: a run that is not running takes them when its next leg (a --resume) starts."""
+    url = _api(dashboard_url, run_uuid) + ("?when=next-leg" if next_leg else "")
+    req = urllib.request.Request(url, method="POST",
                                  data=json.dumps(dict(values)).encode("utf-8"),
                                  headers={"Content-Type": "application/json"})
     return _request(req, timeout_s)["pending"]

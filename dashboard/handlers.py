@@ -155,7 +155,10 @@ class DashboardHandlers:
         self.hp_store.set_reported(run_uuid, reported_values(packets))
         if ended(packets):
             self.hp_store.drop_pending(run_uuid)  # nothing will take them: a resume starts a new leg
-        else:
+        elif r is not None and change_refusal(run_uuid, run_status(run_db.get(run_uuid))) is None:
+            # Only a running leg's messages take them: the history a resume posts before its leg
+            # starts comes from a plain request that would drop them, so a change queued for the
+            # next leg waits for that leg's first message.
             # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
             res["dynamic"] = self.hp_store.take_pending(run_uuid)
 
@@ -176,7 +179,13 @@ class DashboardHandlers:
             accepted = validate_changes(dynamic_specs(r.configs), json_body(request))
         except HyperParamError as e:
             raise BadRequest(422, str(e)) from None
-        refusal = change_refusal(run_uuid, run_status(r))
+        # `?when=next-leg`: for a run that is not running, the change waits for its next leg (a
+        # --resume) and is handed out with the answer to that leg's first message; population-based
+        # training queues its explored values so, between two segments of a member.
+        when = request.query_params.get("when", "")
+        if when not in ("", "next-leg"):
+            raise BadRequest(400, f"when {when[:40]!a}: expected next-leg, or nothing for a running run")
+        refusal = None if when == "next-leg" else change_refusal(run_uuid, run_status(r))
         if refusal is not None:
             raise BadRequest(409, refusal)
         return {"run_uuid": run_uuid, "pending": self.hp_store.add_pending(run_uuid, accepted)}

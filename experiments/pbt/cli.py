@@ -113,17 +113,19 @@ def exploit_and_explore(population: Population, update: int, failures: dict[int,
 
 
 def queue_on_dashboard(population: Population, member: int, changes: dict[str, Any]) -> bool:
-    """Queue `changes` for the member as `experiments.tweak` does; False while the dashboard does not
-    see its run running yet (409), True once taken, or given up on (said)."""
+    """Queue `changes` for the member as `experiments.tweak` does, for its next leg: the dashboard
+    hands them out with the answer to that leg's first message, so they are delivered however short
+    the segment. False while the dashboard refuses (409), True once taken, or given up on (said)."""
     try:
-        set_hyperparams(population.fixed["dashboard"].split("/api/")[0], population.members[member]["run_uuid"], changes)
+        set_hyperparams(population.fixed["dashboard"].split("/api/")[0], population.members[member]["run_uuid"], changes,
+                        next_leg=True)
     except DashboardError as e:
         if e.status == 409:
             return False
         say(f"  warning: member {member}'s values {changes_text(changes)} could not be queued on the dashboard ({e}); "
             "they are in use all the same (its checkpoint holds them)")
         return True
-    say(f"  member {member}: {changes_text(changes)} queued on the dashboard (in use since its segment began)")
+    say(f"  member {member}: {changes_text(changes)} queued on the dashboard for its next segment (its checkpoint holds them already)")
     return True
 
 

@@ -130,3 +130,21 @@ def test_a_leg_that_starts_and_ends_in_one_request_ends_with_its_status(dashboar
     track(dashboard, run_uuid, {**leg_start(300), "status": {"rank": 0, "status": "crashed", "time": 6.0}})
     _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
     assert info["status"] == "crashed"
+
+
+def test_a_change_queued_for_the_next_leg_waits_for_it_and_reaches_it(dashboard: Dashboard) -> None:
+    # What population-based training does between two segments of a member (experiments/pbt).
+    run_uuid = new_run(dashboard)
+    track(dashboard, run_uuid, {"status": {"rank": 0, "status": "completed", "time": 3.0}, "time": 3.0})
+    status, answer = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}?when=later", {"epochs": 6})
+    assert (status, answer["error"]) == (400, "when 'later': expected next-leg, or nothing for a running run")
+    status, answer = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}?when=next-leg", {"epochs": 6})
+    assert (status, answer["pending"]) == (200, {"epochs": 6})
+    # The history a resume posts before its leg starts neither takes it nor reopens the run.
+    assert track(dashboard, run_uuid, reports(2.5e-4, 4, 10))["dynamic"] == {}
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert info["status"] == "completed" and info["params"]["epochs"]["pending"] == 6
+    # The leg's first message is answered with it.
+    assert track(dashboard, run_uuid, leg_start(400))["dynamic"] == {"epochs": 6}
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert info["params"]["epochs"]["pending"] is None and info["params"]["epochs"]["sent"] == 6
