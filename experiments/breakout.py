@@ -46,7 +46,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: the workers are closed already
         say(f"stopped at once; {run.resume_point()}")
         return 130
-    except ConnectionError as e:  # Ray could not reach --ray-address
+    except ConnectionError as e:  # Ray could not reach --ray-address (any other refused connection is no such thing)
+        if config.backend != "ray":
+            raise
         fail(f"--ray-address {config.ray_address}: could not connect to a Ray cluster there ({str(e).splitlines()[0]})")
     # stdout holds only this path (everything for people goes to stderr): `$(python -m experiments.breakout)` is the path.
     if result.summary_path is not None:

@@ -95,7 +95,16 @@ class TrainingRun:
         self.run_uuid = experiment.get_uuid()
         say(start_lines(config, self.run_uuid, self.run_dir, precision_label(config.precision, device)))
         seeds = derive_seeds(config.seed, config.n_envs)
-        with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
+        try:
+            pool = make_pool(config, game_specs(config, seeds.env_seeds))
+        except Exception:
+            # A signal to the whole process group reaches the workers (and the forkserver) while
+            # they start, so their start can fail for that stop alone (a refused connection, a
+            # pipe closed): the stop, not the failure it caused, is what happened.
+            if self.stop.requested:
+                return self._stopped_at_start()
+            raise
+        with pool:
             trainer = Trainer(config, pool, seeds, device, live.values, on_event=say)
             trainer.should_stop = lambda: self.stop.requested is not None  # honoured between minibatches
             if self.resume is not None:
@@ -104,7 +113,7 @@ class TrainingRun:
             else:
                 trainer.reset_envs()
             if self.stop.requested:
-                return self._stopped_at_start(trainer)
+                return self._stopped_at_start()
             self.stop.plan = AFTER_UPDATE
             self.first_update, self.first_steps = trainer.update, trainer.env_steps
             self.earlier_s = earlier_wall_time(self.run_dir / "summary.json") if self.resume is not None else 0.0
@@ -140,18 +149,19 @@ class TrainingRun:
         assert result is not None
         return result
 
-    def _stopped_at_start(self, trainer: Trainer) -> RunResult:
+    def _stopped_at_start(self) -> RunResult:
         """A stop before the first update of this session: nothing was trained, so nothing is
         written. A new run's folder does not exist yet (labml makes it when training starts); a
         resumed run's folder is as it was, its checkpoint the one to resume from again."""
         stop = self.stop.requested
+        update, env_steps = (self.resume.update, self.resume.env_steps) if self.resume is not None else (0, 0)
         if self.resume is None:
             say(f"stopped by {stop} before the first update: nothing was kept (no run folder was made)")
         else:
             say(f"stopped by {stop} before the first update of this session: the run is as it was, at update "
-                f"{trainer.update:,}; to go on: {resume_command(self.config, str(self.run_uuid), self._dashboard())}")
-        summary = {"run_uuid": self.run_uuid, "status": "interrupted", "error": None, "updates": trainer.update,
-                   "env_steps": trainer.env_steps, "kept": self.resume is not None}
+                f"{update:,}; to go on: {resume_command(self.config, str(self.run_uuid), self._dashboard())}")
+        summary = {"run_uuid": self.run_uuid, "status": "interrupted", "error": None, "updates": update,
+                   "env_steps": env_steps, "kept": self.resume is not None}
         path = self.run_dir / "summary.json" if self.resume is not None else None
         return RunResult(path, summary, self.stop.exit_code)
 
