@@ -23,6 +23,7 @@ import csv
 import logging
 import math
 import os
+import signal
 import sys
 import time
 import typing
@@ -118,6 +119,10 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
         for ref in running:  # Ctrl-C or an error here: stop what still runs (checkpoints stay)
             ray.cancel(ref, force=True)
     return rows
+
+
+def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _first_line(e: BaseException) -> str:
@@ -234,9 +239,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     print(f"sweep: {len(trials)} trials of {_params(fixed)}; searching {', '.join(names)}; "
           f"{cpus:g} CPUs per trial", flush=True)
     try:
+        # ray.init puts its own SIGTERM handler in this process, one that aborts it: the trials would
+        # not be stopped nor a private Ray shut down. A SIGTERM is taken as Ctrl-C is, before and after.
+        signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
         if not connect(address, cpus):
             print(f"error: --cpus-per-trial {cpus:g}: no node of the cluster at {address} has that many CPUs", file=sys.stderr)
             return 2
+        signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
         rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log))
     except KeyboardInterrupt:
         print("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)", file=sys.stderr)

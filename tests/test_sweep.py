@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,25 @@ def test_two_trial_sweep_runs_full_runs_and_ranks_them(cli, tmp_path: Path) -> N
         assert Path(row["run_dir"]).parent == tmp_path / "runs" / "breakout"
     assert "rank  trial  score_mean_100" in result.stdout
     assert cli.leftovers() == []  # Ray's processes and every trial's workers are gone
+
+
+@requires_ray
+def test_a_sigterm_to_the_sweep_stops_its_trials_and_leaves_nothing(cli, tmp_path: Path) -> None:
+    """ray.init puts its own SIGTERM handler in the driver, one that aborts it: the trials would lose
+    their stop and a private Ray its shutdown. A SIGTERM is taken as Ctrl-C is."""
+    process = cli.start("experiments.sweep", "--grid", "learning_rate=1e-4,3e-4", "--updates", "100000",
+                        "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--workers-per-trial", "1",
+                        "--cpus-per-trial", "1", "--max-concurrent", "1", "--data-dir", str(tmp_path / "runs"))
+    deadline = time.monotonic() + 600
+    while not any((tmp_path / "runs").rglob("updates.csv")):  # the event: a trial is training
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no trial trained within 600 s"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)  # the driver alone, as a job scheduler sends it
+    _out, err = process.communicate(timeout=600)
+    assert process.returncode == 130, err[-3000:]
+    assert "sweep interrupted: running trials were stopped (their last checkpoints are kept)" in err
+    assert cli.leftovers() == []  # Ray's processes and the trial's workers are gone
 
 
 def _args(**values) -> argparse.Namespace:
