@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import torch
@@ -121,13 +121,13 @@ def with_learner_of(own: Checkpoint, donor: Checkpoint) -> Checkpoint:
     `CheckpointError` when the donor's model is not a model of `own`'s shape (actions, frames).
     Neither argument is changed; the result shares their tensors, as `stored` does."""
     frames = own.config.get("frame_stack")
-    if not isinstance(frames, int) or isinstance(frames, bool):
+    if not _is_int(frames):
         raise CheckpointError(f"the checkpoint's config has frame_stack {frames!r}; expected an integer")
     donor.check_fits(own.n_actions, frames, "the checkpoint it is copied into")
     return dataclasses.replace(own, **{name: getattr(donor, name) for name in LEARNER_FIELDS})
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
