@@ -155,7 +155,7 @@ class DashboardHandlers:
         self.hp_store.set_reported(run_uuid, reported_values(packets))
         if ended(packets):
             self.hp_store.drop_pending(run_uuid)  # nothing will take them: a resume starts a new leg
-        elif r is not None and change_refusal(run_uuid, run_status(run_db.get(run_uuid))) is None:
+        elif r is not None and change_refusal(run_uuid, run_status(r)) is None:
             # Only a running leg's messages take them: the history a resume posts before its leg
             # starts comes from a plain request that would drop them, so a change queued for the
             # next leg waits for that leg's first message.
