@@ -67,20 +67,33 @@ def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
 
 # ---- the driver -----------------------------------------------------------------------------------
 
+def sigterm_as_ctrl_c(signum: int, frame: object) -> None:
+    """A driver's SIGTERM handler: stop as Ctrl-C stops (running work stopped, checkpoints kept)."""
+    raise KeyboardInterrupt
+
+
 def connect(address: str | None, cpus_per_trial: float) -> bool:
     """ray.init: a cluster at `address`, or a private local instance with room for ≥ 1 trial.
-    Returns whether a trial fits on some node (False: no node has cpus_per_trial CPUs)."""
+    Returns whether a trial fits on some node (False: no node has cpus_per_trial CPUs).
+
+    ray.init puts its own SIGTERM handler in the driver, one that aborts it (exit -6): the work
+    would not be stopped nor a private Ray shut down. The driver's own handler is put back."""
     import ray
 
+    own_sigterm = signal.getsignal(signal.SIGTERM)
     common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
-    if address is None:
-        ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_per_trial)), **common)
-        return True
-    # The cluster's nodes need the same Python environment; this checkout's code travels with the
-    # job (working_dir), so every trial runs the driver's version of it.
-    excludes = [".git", ".venv", "runs", "docs", "tests", "**/__pycache__", "*.egg-info"]
-    ray.init(address=address, runtime_env={"working_dir": str(REPO), "excludes": excludes}, **common)
-    return any(n["Alive"] and n["Resources"].get("CPU", 0) >= cpus_per_trial for n in ray.nodes())
+    try:
+        if address is None:
+            ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_per_trial)), **common)
+            return True
+        # The cluster's nodes need the same Python environment; this checkout's code travels with the
+        # job (working_dir), so every trial runs the driver's version of it.
+        excludes = [".git", ".venv", "runs", "docs", "tests", "**/__pycache__", "*.egg-info"]
+        ray.init(address=address, runtime_env={"working_dir": str(REPO), "excludes": excludes}, **common)
+        return any(n["Alive"] and n["Resources"].get("CPU", 0) >= cpus_per_trial for n in ray.nodes())
+    finally:
+        if own_sigterm is not None:  # None: a handler not set from Python, nothing to put back
+            signal.signal(signal.SIGTERM, own_sigterm)
 
 
 def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_trial: float, max_retries: int,
@@ -119,10 +132,6 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
         for ref in running:  # Ctrl-C or an error here: stop what still runs (checkpoints stay)
             ray.cancel(ref, force=True)
     return rows
-
-
-def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _first_line(e: BaseException) -> str:
@@ -239,13 +248,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     print(f"sweep: {len(trials)} trials of {_params(fixed)}; searching {', '.join(names)}; "
           f"{cpus:g} CPUs per trial", flush=True)
     try:
-        # ray.init puts its own SIGTERM handler in this process, one that aborts it: the trials would
-        # not be stopped nor a private Ray shut down. A SIGTERM is taken as Ctrl-C is, before and after.
-        signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
+        signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)  # kept through ray.init by `connect`
         if not connect(address, cpus):
             print(f"error: --cpus-per-trial {cpus:g}: no node of the cluster at {address} has that many CPUs", file=sys.stderr)
             return 2
-        signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
         rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log))
     except KeyboardInterrupt:
         print("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)", file=sys.stderr)

@@ -29,6 +29,7 @@ from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
 from experiments.pbt.population import STATE, Population, PrivateDashboard, run_segment
 from experiments.run.folders import checkpoint_path
 from experiments.run.preflight import check_can_start
+from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
 
 PROG = "python -m experiments.pbt"
@@ -129,17 +130,11 @@ def queue_on_dashboard(population: Population, member: int, changes: dict[str, A
     return True
 
 
-def stop(signum: int, frame: object) -> None:
-    """SIGTERM stops the population as Ctrl-C does."""
-    raise KeyboardInterrupt
-
-
 def _score(score: float | None) -> str:
     return "no game ended yet" if score is None else f"score {score:.1f}"
 
 
 def run(population: Population, address: str | None) -> int:
-    from experiments.sweep import connect
 
     folder = population.path
     folder.mkdir(parents=True, exist_ok=True)
@@ -165,9 +160,6 @@ def run(population: Population, address: str | None) -> int:
                                    f"({str(e).strip().splitlines()[0]}); no member ran") from None
             if not fits:
                 raise RuntimeError(f"no node of the cluster at {address} has {population.cpus_per_member:g} CPUs for a member")
-            # ray.init puts its own SIGTERM handler in this process, one that aborts it and leaves
-            # the members without their last checkpoint: ours again, so a SIGTERM is a Ctrl-C.
-            signal.signal(signal.SIGTERM, stop)
             failures: dict[int, str | None] = {}
             while population.generation < len(targets):
                 target = targets[population.generation]
@@ -219,7 +211,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except (ConfigError, PbtError) as e:
         fail(str(e))
 
-    signal.signal(signal.SIGTERM, stop)
+    # A SIGTERM stops the population as Ctrl-C does; `connect` keeps this handler through ray.init.
+    signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
     return run(population, address)
 
 
