@@ -96,7 +96,7 @@ class Trainer:
         config, rollout = self.config, self.rollout
         started = time.perf_counter()
         if sample:  # worker_steps × n_envs transitions; a failed worker is replaced and the rollout starts over
-            self.pool.with_restarts(self._collect_once, tick=self.update)
+            self.collect()
         # V(s_T) of the states after the last step: the trajectories the rollout cut bootstrap from it.
         rollout.last_values[:] = self._values(self.pool.observations)
         sampled = time.perf_counter()
