@@ -14,11 +14,7 @@ from configs.fields import ConfigError
 from configs.grouping import grouped_unless_chosen, machine_choices
 from dashboard.labml_client import note_machine_choices
 from experiments.run.console import say
-from experiments.run.lifecycle import TrainingRun
-from experiments.run.preflight import check_can_start
-from experiments.run.resume import resume_config
 from game.atari import canonical_game
-from ppo.checkpoint import CheckpointError
 
 PROG = "python -m experiments.breakout"
 
@@ -28,6 +24,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         parser.add_argument("--resume", metavar="RUN_UUID", help="continue this run from its last checkpoint")
 
     config, args, overrides = parse_config(argv, prog, "Train a PPO agent on Atari Breakout as a labml experiment.", extra, canonical_game)
+    # The learner (torch, labml) is imported once the command line is accepted: --help, --version
+    # and a refused option answer without waiting for torch to load.
+    from experiments.run.lifecycle import TrainingRun
+    from experiments.run.preflight import check_can_start
+    from experiments.run.resume import resume_config
+    from ppo.checkpoint import CheckpointError
+
     resume = None
     try:
         if args.resume is not None:  # checked whole, check_can_start included, before anything starts

@@ -70,6 +70,22 @@ def test_a_run_that_films_nothing_never_loads_the_video_encoder() -> None:
     assert filmed.stdout.split() == ["True"]  # the probe can see the import it looks for
 
 
+def test_the_training_command_reads_its_command_line_before_it_loads_the_learner(tmp_path: Path) -> None:
+    """`--help`, `--version` and a refused option come from configs/ alone: torch and labml are
+    imported by experiments/breakout.py's main only once the command line is accepted."""
+    import subprocess
+    import sys
+    probe = ("import sys\nfrom experiments.breakout import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    print(e.code, 'torch' in sys.modules, 'labml' in sys.modules)")
+    for argv, code in ((["--help"], "0"), (["--epochs", "0"], "2")):
+        answer = subprocess.run([sys.executable, "-c", probe, *argv], cwd=REPO, capture_output=True, text=True, check=True)
+        assert answer.stdout.split()[-3:] == [code, "False", "False"], (argv, answer.stdout[-500:], answer.stderr[-500:])
+    # An accepted command line loads them (the probe sees them), here to look for a run that is not there.
+    accepted = subprocess.run([sys.executable, "-c", probe, "--resume", "f" * 32, "--data-dir", str(tmp_path)],
+                              cwd=REPO, capture_output=True, text=True, check=True)
+    assert accepted.stdout.split()[-3:] == ["2", "True", "True"], accepted.stderr[-500:]
+
+
 def test_names_configs_must_spell_again_stay_equal() -> None:
     """configs imports nothing of ours, so the names it checks a config against that game/ owns
     are spelled there a second time; this keeps each pair equal."""
