@@ -141,6 +141,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parser.add_argument("--interruptions", type=int_in(0, 100), default=2, metavar="INT",
                         help="SIGTERM + resume cycles per leg, 0 to 100 (default: 2)")
     parser.add_argument("--kills", type=int_in(0, 100), default=3, metavar="INT", help="workers SIGKILLed in the second leg, 0 to 100 (default: 3)")
+    parser.add_argument("--worker-steps", type=int_in(1, 100_000), default=128, metavar="INT",
+                        help="steps per game per rollout of each run (4 games, 4 minibatches), 1 to 100_000 (default: 128)")
     parser.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, metavar="INT", help="seeds the runs and the chaos (default: 0)")
     parser.add_argument("--data-dir", default=None, metavar="DIR", help="where the runs go (default: a temporary folder)")
     args = parser.parse_args(argv)
@@ -152,7 +154,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
     rng = random.Random(args.seed)
     marker = os.urandom(8).hex()
-    base = ["--updates", str(args.updates), "--n-workers", "4", "--worker-steps", "128", "--minibatches", "4",
+    base = ["--updates", str(args.updates), "--n-workers", "4", "--worker-steps", str(args.worker_steps), "--minibatches", "4",
             "--epochs", "2", "--checkpoint-every", "1", "--seed", str(args.seed), "--max-worker-restarts", str(args.kills + 1)]
     with tempfile.TemporaryDirectory(prefix="chaos-") as temp:
         root = Path(args.data_dir or temp)
