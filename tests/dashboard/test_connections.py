@@ -19,6 +19,7 @@ from dashboard_support import Dashboard
 HALF_OPEN = 300
 MAX_CONNECTIONS = 64
 REQUEST_TIMEOUT_S = 3
+IDLE_TIMEOUT_S = 1  # the least it takes: the kept-alive connection below waits it out
 EVENT_LIMIT_S = 300.0  # a bound on waits that end at their event, for a loaded machine
 
 
@@ -64,6 +65,7 @@ def wait_all_closed(socks: list[socket.socket], trickle: socket.socket | None = 
 
 def test_half_open_connections_are_closed_and_others_answered(tmp_path: Path, no_leftover_processes: None) -> None:
     dashboard = Dashboard(tmp_path, options=("--request-timeout", str(REQUEST_TIMEOUT_S),
+                                             "--idle-timeout", str(IDLE_TIMEOUT_S),
                                              "--max-connections", str(MAX_CONNECTIONS)))
     socks: list[socket.socket] = []
     try:
