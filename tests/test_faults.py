@@ -19,8 +19,15 @@ from game.vector import PipePool, RestartPolicy, WorkerKeepsFailing, game_specs
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer
-from tests.conftest import REPO, wait_for_file
+from tests.conftest import REPO, run_once, wait_for_file
 from tests.test_experiment import TINY, summary_of
+
+# One finished update of a small run, made once (`run_once`) for the tests that attack its checkpoint.
+ONE_UPDATE = ("--updates", "1", *TINY)
+# 3 updates of 4 games × 1 per process, checkpointed after each: the uninterrupted reference, made once
+# (`run_once`), that a SIGTERM-and-resume and a regrouping resume must both reproduce bit for bit.
+FOUR_GAMES = ("--updates", "3", "--n-workers", "4", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--seed", "5")
+STRAIGHT = (*FOUR_GAMES, "--checkpoint-every", "1")
 
 
 def make_trainer(pool_stack, **overrides) -> tuple[Trainer, PipePool]:
@@ -118,8 +125,7 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
 
 
 def test_corrupt_checkpoint_is_a_clear_error_and_nothing_is_overwritten(cli, tmp_path: Path) -> None:
-    first = cli.run("experiments.breakout", "--updates", "1", *TINY, "--data-dir", str(tmp_path))
-    summary = summary_of(first.stdout)
+    summary = run_once(cli, tmp_path, *ONE_UPDATE)
     checkpoint = Path(summary["checkpoint"])
     data = checkpoint.read_bytes()
     checkpoint.write_bytes(data[: len(data) // 2])
@@ -134,13 +140,10 @@ def test_corrupt_checkpoint_is_a_clear_error_and_nothing_is_overwritten(cli, tmp
 
 
 def test_resume_is_exact(cli, tmp_path: Path) -> None:
-    """4 updates straight == k updates, SIGTERM, resume, 4 − k updates: the same parameters."""
-    args = ["--updates", "4", *TINY, "--checkpoint-every", "1", "--seed", "5"]
-    straight = cli.run("experiments.breakout", *args, "--data-dir", str(tmp_path / "straight"))
-    assert straight.returncode == 0, straight.stderr[-2000:]
-    reference = load_checkpoint(Path(summary_of(straight.stdout)["checkpoint"]))
+    """3 updates straight == k updates, SIGTERM, resume, 3 − k updates: the same parameters."""
+    reference = load_checkpoint(Path(run_once(cli, tmp_path / "straight", *STRAIGHT)["checkpoint"]))
 
-    process = cli.start_held(tmp_path / "held", *args, "--data-dir", str(tmp_path / "split"))
+    process = cli.start_held(tmp_path / "held", *STRAIGHT, "--data-dir", str(tmp_path / "split"))
     process.send_signal(signal.SIGTERM)  # a real signal from outside, after update 1's checkpoint
     stdout, _ = process.communicate(timeout=600)
     interrupted = summary_of(stdout)
@@ -149,7 +152,7 @@ def test_resume_is_exact(cli, tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     final = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))
 
-    assert final["update"] == reference["update"] == 4
+    assert final["update"] == reference["update"] == 3
     assert final["scores"] == reference["scores"] and final["games"] == reference["games"]
     for name, tensor in reference["model"].items():
         assert torch.equal(tensor, final["model"][name]), name
@@ -167,11 +170,8 @@ def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> Non
 
     from configs.grouping import grouped_for_cores, usable_cores
     from ppo.trainer import acting_groups
-    common = ["--updates", "3", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--seed", "5"]
-    straight = cli.run("experiments.breakout", *common, "--n-workers", "4", "--data-dir", str(tmp_path / "straight"))
-    assert straight.returncode == 0, straight.stderr[-2000:]
-    reference = load_checkpoint(Path(summary_of(straight.stdout)["checkpoint"]))
-    first = cli.run("experiments.breakout", *common, "--n-workers", "4", "--stop-after-env-steps", "64",
+    reference = load_checkpoint(Path(run_once(cli, tmp_path / "straight", *STRAIGHT)["checkpoint"]))
+    first = cli.run("experiments.breakout", *FOUR_GAMES, "--stop-after-env-steps", "64",
                     "--data-dir", str(tmp_path / "told"))
     assert first.returncode == 0, first.stderr[-2000:]
     uuid = summary_of(first.stdout)["run_uuid"]
@@ -214,8 +214,7 @@ def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> Non
 
 
 def test_checkpoint_of_another_model_is_refused_before_anything_starts(cli, tmp_path: Path) -> None:
-    first = cli.run("experiments.breakout", "--updates", "1", *TINY, "--data-dir", str(tmp_path))
-    summary = summary_of(first.stdout)
+    summary = run_once(cli, tmp_path, *ONE_UPDATE)
     path = Path(summary["checkpoint"])
     checkpoint = load_checkpoint(path)
     # A policy head for Pong's 6 actions where Breakout's 4 belong (a file copied between runs).
