@@ -19,15 +19,16 @@ from game.vector import PipePool, RestartPolicy, WorkerKeepsFailing, game_specs
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer
-from tests.conftest import REPO, run_once, wait_for_file
+from tests.conftest import REPO, Cli, run_once, wait_for_file
 from tests.test_experiment import TINY, summary_of
 
 # One finished update of a small run, made once (`run_once`) for the tests that attack its checkpoint.
 ONE_UPDATE = ("--updates", "1", *TINY)
-# 3 updates of 4 games × 1 per process, checkpointed after each: the uninterrupted reference, made once
-# (`run_once`), that a SIGTERM-and-resume and a regrouping resume must both reproduce bit for bit.
-FOUR_GAMES = ("--updates", "3", "--n-workers", "4", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--seed", "5")
-STRAIGHT = (*FOUR_GAMES, "--checkpoint-every", "1")
+# 3 updates of 4 games × 1 per process, checkpointed after each: run uninterrupted (made once, by
+# `run_once`) it is the reference that resumes of its split run (`split_run`), as it ran or regrouped,
+# must reproduce bit for bit.
+STRAIGHT = ("--updates", "3", "--n-workers", "4", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--seed", "5",
+            "--checkpoint-every", "1")
 
 
 def make_trainer(pool_stack, **overrides) -> tuple[Trainer, PipePool]:
@@ -139,18 +140,43 @@ def test_corrupt_checkpoint_is_a_clear_error_and_nothing_is_overwritten(cli, tmp
     assert cli.leftovers() == []
 
 
-def test_resume_is_exact(cli, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """STRAIGHT's run, stopped by a real SIGTERM from outside after update 1's checkpoint: (its data
+    dir, its summary). Made once for the two tests that resume it, each from a copy of its own."""
+    cli, folder = Cli(), tmp_path_factory.mktemp("split")
+    process = cli.start_held(folder / "held", *STRAIGHT, "--data-dir", str(folder / "runs"))
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert cli.leftovers() == []
+    return folder / "runs", summary_of(stdout)
+
+
+@pytest.fixture(scope="module")
+def resumed_as_it_ran(split_run: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """`--resume` of a copy of the split run, its grouping untold: the resume whose parameters must be
+    the uninterrupted run's (test_resume_is_exact), and the one that keeps the games as they ran
+    (test_a_resume_regroups_the_games_for_its_machine)."""
+    import shutil
+
+    data_dir, interrupted = split_run
+    copy = tmp_path_factory.mktemp("as-it-ran") / "runs"
+    shutil.copytree(data_dir, copy)
+    cli = Cli()
+    resumed = cli.run("experiments.breakout", "--resume", interrupted["run_uuid"], "--data-dir", str(copy))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert cli.leftovers() == []
+    return resumed
+
+
+def test_resume_is_exact(cli, tmp_path: Path, split_run: tuple[Path, dict],
+                         resumed_as_it_ran: subprocess.CompletedProcess[str]) -> None:
     """3 updates straight == k updates, SIGTERM, resume, 3 − k updates: the same parameters."""
     reference = load_checkpoint(Path(run_once(cli, tmp_path / "straight", *STRAIGHT)["checkpoint"]))
-
-    process = cli.start_held(tmp_path / "held", *STRAIGHT, "--data-dir", str(tmp_path / "split"))
-    process.send_signal(signal.SIGTERM)  # a real signal from outside, after update 1's checkpoint
-    stdout, _ = process.communicate(timeout=600)
-    interrupted = summary_of(stdout)
+    _, interrupted = split_run
     assert interrupted["updates"] == 1
-    resumed = cli.run("experiments.breakout", "--resume", interrupted["run_uuid"], "--data-dir", str(tmp_path / "split"))
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    final = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))
+    final = load_checkpoint(Path(summary_of(resumed_as_it_ran.stdout)["checkpoint"]))
 
     assert final["update"] == reference["update"] == 3
     assert final["scores"] == reference["scores"] and final["games"] == reference["games"]
@@ -159,7 +185,8 @@ def test_resume_is_exact(cli, tmp_path: Path) -> None:
     assert cli.leftovers() == []
 
 
-def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> None:
+def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path, split_run: tuple[Path, dict],
+                                                     resumed_as_it_ran: subprocess.CompletedProcess[str]) -> None:
     """Grouping is a speed setting of the machine (a run started on 16 cores as 8 × 1 and resumed on
     2 would otherwise keep 8 processes there): a resume regroups its games as --n-workers /
     --envs-per-worker say, never changing their number, and untold keeps them as they ran (suggesting
@@ -171,10 +198,9 @@ def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> Non
     from configs.grouping import grouped_for_cores, usable_cores
     from ppo.trainer import acting_groups
     reference = load_checkpoint(Path(run_once(cli, tmp_path / "straight", *STRAIGHT)["checkpoint"]))
-    first = cli.run("experiments.breakout", *FOUR_GAMES, "--stop-after-env-steps", "64",
-                    "--data-dir", str(tmp_path / "told"))
-    assert first.returncode == 0, first.stderr[-2000:]
-    uuid = summary_of(first.stdout)["run_uuid"]
+    data_dir, interrupted = split_run  # 4 × 1, stopped after update 1 of 3
+    uuid = interrupted["run_uuid"]
+    shutil.copytree(data_dir, tmp_path / "told")
     run_files = {p: p.read_bytes() for p in (tmp_path / "told").rglob("*") if p.is_file()}
     for grouping, why in ((["--n-workers", "3"], "--n-workers 3: expected a divisor of the resumed run's 4 games"),
                           (["--n-workers", "2", "--envs-per-worker", "4"], "--n-workers 2 with --envs-per-worker 4: expected "
@@ -183,16 +209,17 @@ def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path) -> Non
         assert refused.returncode == 2 and refused.stderr.strip() == (
             f"error: {why} (a resume can regroup its games, not change their number)"), refused.stderr[-2000:]
         assert {p: p.read_bytes() for p in (tmp_path / "told").rglob("*") if p.is_file()} == run_files
-    for copy in ("untold", "one-process"):
-        shutil.copytree(tmp_path / "told", tmp_path / copy)
+    shutil.copytree(tmp_path / "told", tmp_path / "one-process")
     here = grouped_for_cores(PPOConfig(n_workers=4), usable_cores())  # 2 × 2 on 2 or 3 cores, 1 × 4 on one
     same = "the same batches, so nothing learned changes"
     other = "other batches, so from here the run is not bit for bit the one it would have been"
     for folder, grouping, (workers, per_worker) in (("told", ["--n-workers", "2"], (2, 2)),
                                                     ("untold", [], (4, 1)),
                                                     ("one-process", ["--envs-per-worker", "4"], (1, 4))):
-        resumed = cli.run("experiments.breakout", "--resume", uuid, *grouping, "--stop-after-env-steps", "none",
-                          "--data-dir", str(tmp_path / folder))
+        if folder == "untold":  # the same resume as test_resume_is_exact's, made once
+            resumed = resumed_as_it_ran
+        else:
+            resumed = cli.run("experiments.breakout", "--resume", uuid, *grouping, "--data-dir", str(tmp_path / folder))
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         final = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))
         assert (final["config"]["n_workers"], final["config"]["envs_per_worker"]) == (workers, per_worker), folder
