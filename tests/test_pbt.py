@@ -4,6 +4,10 @@ process group in its first segment and resumed to the end; its input checks.
 One population (module fixture) serves every assertion: 2 members of 6 updates of 2 games × 16
 steps each, in the trainer's process (--backend serial), an exploit after update 3. No game ends
 that soon, so the ranking falls back to member order: member 0 is the best, member 1 copies it.
+The same population run through without a stop, the reference the resume must reproduce, runs
+alongside the stop and the resume (from the Ctrl-C on, so that it adds no load while the stop is timed): the two
+share nothing but the machine, and each spends much of its time waiting on its own Ray start and
+member processes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +63,36 @@ def wait_for(condition: Any, process: subprocess.Popen[str], what: str, timeout_
     return value
 
 
+class WholeRun:
+    """The fixture's population (same options, same seeds) run through without a stop, in the
+    background from `start()` on; its output goes to files, so that nothing must read a pipe meanwhile."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.cli = root, Cli()
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> subprocess.Popen[str]:
+        if self.process is None:
+            args = [sys.executable, "-m", "experiments.pbt", "--population", "2", "--interval", "3", *TINY,
+                    "--data-dir", str(self.root / "runs")]
+            with (self.root / "stdout").open("w") as out, (self.root / "stderr").open("w") as err:
+                self.process = subprocess.Popen(args, cwd=REPO, env=self.cli.env(), stdout=out, stderr=err, text=True,
+                                                start_new_session=True)
+        return self.process
+
+
 @pytest.fixture(scope="module")
-def population(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def whole_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WholeRun]:
+    whole = WholeRun(tmp_path_factory.mktemp("pbt-whole"))
+    try:
+        yield whole
+    finally:  # one that no test waited for (or that a test gave up on) must not be left running
+        if whole.process is not None:
+            stop_for_good(whole.process, whole.cli)
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory: pytest.TempPathFactory, whole_run: WholeRun) -> dict[str, Any]:
     if not ray_installed():
         pytest.skip('Ray is not installed (pip install -e ".[ray]")')
     data = tmp_path_factory.mktemp("pbt") / "runs"
@@ -69,14 +102,14 @@ def population(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     first = subprocess.Popen(args, cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
     try:
-        return run_population(first, data, cli)
+        return run_population(first, data, cli, whole_run)
     finally:  # a failed wait above must not leave the population running
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
             first.communicate()
 
 
-def run_population(first: subprocess.Popen[str], data: Path, cli: Cli) -> dict[str, Any]:
+def run_population(first: subprocess.Popen[str], data: Path, cli: Cli, whole_run: WholeRun) -> dict[str, Any]:
     state_file = wait_for(lambda: next(data.glob("breakout/pbt-*/population.json"), None), first, "population.json")
     state = json.loads(state_file.read_text())
     run_dirs = wait_for(lambda: all(d := [find_run(data, m["run_uuid"]) for m in state["members"]]) and d, first, "run folders")
@@ -84,6 +117,7 @@ def run_population(first: subprocess.Popen[str], data: Path, cli: Cli) -> dict[s
     wait_for(lambda: all((d / "updates.csv").exists() and len(rows_of(d / "updates.csv")) >= 1 for d in run_dirs),
              first, "a first update of each member")
     os.killpg(first.pid, signal.SIGINT)
+    whole_run.start()
     out, err = first.communicate(timeout=600)
     interrupted = {"code": first.returncode, "stdout": out, "stderr": err, "leftovers": cli.leftovers(),
                    "checkpoints": [(d / "checkpoints" / "checkpoint.pt").exists() for d in run_dirs]}
@@ -220,14 +254,15 @@ def test_bad_population_or_interval_is_one_line_before_ray_starts(args: list[str
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def uninterrupted(whole_run: WholeRun) -> dict[str, Any]:
     """The fixture's population (same options, same seeds) run through without a stop."""
     if not ray_installed():
         pytest.skip('Ray is not installed (pip install -e ".[ray]")')
-    data = tmp_path_factory.mktemp("pbt-whole") / "runs"
-    cli = Cli()
-    result = cli.run("experiments.pbt", "--population", "2", "--interval", "3", *TINY, "--data-dir", str(data), timeout=600)
+    process, root, cli = whole_run.start(), whole_run.root, whole_run.cli  # started already by `population`
+    code = process.wait(timeout=600)
+    result = subprocess.CompletedProcess(process.args, code, (root / "stdout").read_text(), (root / "stderr").read_text())
     assert result.returncode == 0, result.stderr[-3000:]
+    data = root / "runs"
     folder = Path(result.stdout.strip().splitlines()[-1]).parent
     members = json.loads((folder / "population.json").read_text())["members"]
     return {"result": result, "folder": folder, "run_dirs": [find_run(data, m["run_uuid"]) for m in members],
