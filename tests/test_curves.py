@@ -22,9 +22,15 @@ from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
 from experiments.run.updates_csv import read_updates
 from experiments.seed_runs import stopping_signal
 from ppo.checkpoint import load_checkpoint, save_checkpoint
-from tests.conftest import wait_for_file
+from tests.conftest import run_once, wait_for_file
 
 TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "128", "--minibatches", "2", "--epochs", "1"]
+# 2 games × 64 steps = 128 agent steps per update; a schedule of 1,050 steps is 8 updates, ending at 1,024.
+EIGHT_UPDATES = ("--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "64", "--minibatches", "2", "--epochs", "1",
+                 "--total-env-steps", "1050")
+# Its first half, stopped at its fourth checkpoint: made once (`run_once`) for the resume that
+# completes it and for the resumes that record another machine.
+FIRST_HALF = (*EIGHT_UPDATES, "--stop-after-env-steps", "512")
 
 
 def summary_of(stdout: str) -> dict:
@@ -79,22 +85,20 @@ def test_a_last_line_cut_short_is_not_a_row(tmp_path: Path, tail: str) -> None:
 
 @pytest.mark.slow
 def test_a_resumed_run_writes_the_same_games_csv_as_an_uninterrupted_one(cli, tmp_path: Path) -> None:
-    # A schedule of 2,100 agent steps in batches of 256 is 8 updates, ending at 2,048.
-    whole = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "2100", "--data-dir", str(tmp_path / "whole"))
+    whole = cli.run("experiments.breakout", *EIGHT_UPDATES, "--data-dir", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr[-3000:]
-    first = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "2100", "--stop-after-env-steps", "1024",
-                    "--data-dir", str(tmp_path / "parts"))
-    assert first.returncode == 0, first.stderr[-3000:]
-    part = summary_of(first.stdout)
-    assert (part["updates"], part["env_steps"], part["schedule_env_steps"], part["schedule_ended"]) == (4, 1024, 2100, False)
+    part = run_once(cli, tmp_path / "parts", *FIRST_HALF)
+    assert (part["updates"], part["env_steps"], part["schedule_env_steps"], part["schedule_ended"]) == (4, 512, 1050, False)
     rest = cli.run("experiments.breakout", "--resume", part["run_uuid"], "--stop-after-env-steps", "none", "--data-dir", str(tmp_path / "parts"))
     assert rest.returncode == 0, rest.stderr[-3000:]
     ended = summary_of(rest.stdout)
-    assert (ended["updates"], ended["env_steps"], ended["schedule_env_steps"], ended["schedule_ended"]) == (8, 2048, 2100, True)
+    assert (ended["updates"], ended["env_steps"], ended["schedule_env_steps"], ended["schedule_ended"]) == (8, 1024, 1050, True)
 
     expected = read_games(Path(summary_of(whole.stdout)["run_dir"]) / "games.csv")
     resumed = read_games(Path(part["run_dir"]) / "games.csv")
     assert len(expected) == summary_of(whole.stdout)["games"] > 0
+    # Games ended on both sides of the resume (after 512 steps), so both legs' rows are compared.
+    assert min(g.env_step for g in expected) <= 512 < max(g.env_step for g in expected)
     assert resumed == expected  # exact resume: no duplicate, no gap, same rows
     assert [g.env_step for g in expected] == sorted(g.env_step for g in expected)
 
@@ -103,7 +107,7 @@ def test_a_resumed_run_writes_the_same_games_csv_as_an_uninterrupted_one(cli, tm
         return [{k: v for k, v in row.items() if not k.endswith("sps")} for row in read_updates(Path(run_dir) / "updates.csv")]
     whole_updates = deterministic(summary_of(whole.stdout)["run_dir"])
     assert deterministic(part["run_dir"]) == whole_updates
-    assert [(u["update"], u["env_step"]) for u in whole_updates] == [(k, 256 * k) for k in range(1, 9)]
+    assert [(u["update"], u["env_step"]) for u in whole_updates] == [(k, 128 * k) for k in range(1, 9)]
     # Update k of 8 anneals from the update before it: 2.5e-4 and 0.1 × (1 − (k − 1)/8); the value
     # clip is the defaults' fixed 0.5, never annealed.
     assert [u["learning_rate"] for u in whole_updates] == pytest.approx([2.5e-4 * (9 - k) / 8 for k in range(1, 9)])
@@ -130,20 +134,17 @@ OTHER_MACHINE = {"cpu": "Some CPU (cpu family 6, model 143, stepping 8)", "cpu_c
 ])
 def test_a_run_resumed_on_another_machine_records_both_and_curves_says_so(
         cli, tmp_path: Path, record: list, expected_first: dict, warning: str | None) -> None:
-    first = cli.run("experiments.breakout", *TINY_RUN, "--total-env-steps", "1024", "--stop-after-env-steps", "256",
-                    "--data-dir", str(tmp_path / "runs"))
-    assert first.returncode == 0, first.stderr[-3000:]
-    part = summary_of(first.stdout)
+    part = run_once(cli, tmp_path / "runs", *FIRST_HALF)  # 4 updates, 512 agent steps
     checkpoint = Path(part["checkpoint"])
     state = load_checkpoint(checkpoint)
     state["machines"] = record  # a real checkpoint file, as another machine (or a crafted file) left it
     save_checkpoint(checkpoint, state)
-    rest = cli.run("experiments.breakout", "--resume", part["run_uuid"], "--stop-after-env-steps", "512",
+    rest = cli.run("experiments.breakout", "--resume", part["run_uuid"], "--stop-after-env-steps", "640",
                    "--data-dir", str(tmp_path / "runs"))
     assert rest.returncode == 0, rest.stderr[-3000:]
     assert (warning in rest.stderr) if warning else "warning" not in rest.stderr
     ended = summary_of(rest.stdout)
-    assert ended["machines"] == [expected_first, *part["machines"]] and ended["updates"] == 2
+    assert ended["machines"] == [expected_first, *part["machines"]] and ended["updates"] == 5
     assert load_checkpoint(Path(ended["checkpoint"]))["machines"] == ended["machines"]
 
     curves = cli.run("experiments.curves", "--runs", f"mixed={tmp_path / 'runs'}", "--grid", "256", "--window", "1",
@@ -321,12 +322,17 @@ def test_the_sb3_peer_writes_full_game_records(cli, tmp_path: Path) -> None:
     assert cli.leftovers() == []
 
 
-def _start_two_seeds_at_once(cli, out: Path, *curve_options: str):
+# TINY_RUN's games in updates of 2 × 16 steps: a run checkpoints, and stops at a signal, after a
+# short update.
+SHORT_UPDATES = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1"]
+
+
+def _start_two_seeds_at_once(cli, out: Path, *curve_options: str, run: list[str] = SHORT_UPDATES):
     """curves --jobs 2 on two seeds whose budget they cannot reach in a test; returned once both
     runs have checkpointed, which only two runs going at once can do (with one job at a time the
     second would wait for the first, which does not end)."""
     process = cli.start("experiments.curves", "--jobs", "2", "--seeds", "1", "2", "--total-env-steps", "1000000", "--budget", "1000000",
-                        "--out", str(out), *curve_options, *TINY_RUN, "--checkpoint-every", "1")
+                        "--out", str(out), *curve_options, *run, "--checkpoint-every", "1")
     for seed in (1, 2):
         deadline = time.monotonic() + 600
         while not list((out / "runs" / "project" / f"seed{seed}").glob("project/*/checkpoints/checkpoint.pt")):
@@ -370,7 +376,8 @@ def test_a_runs_exit_status_says_whether_a_stop_request_ended_it() -> None:
 def test_a_run_stopped_alone_ends_its_curve_and_the_others_go_on(cli, tmp_path: Path) -> None:
     # The user stops one seed's run (its whole process group), not curves: that is not a failure.
     out = tmp_path / "out"
-    process = _start_two_seeds_at_once(cli, out, "--grid", "128", "--window", "5", "--budgets", "256")
+    # Updates of 256 steps: the runs play to a game's end with a checkpoint every few hundred steps.
+    process = _start_two_seeds_at_once(cli, out, "--grid", "128", "--window", "5", "--budgets", "256", run=TINY_RUN)
     first, second = _run_of_seed(process.pid, 1), _run_of_seed(process.pid, 2)
     _wait_for_a_game(out, 1, process)
     os.killpg(first, signal.SIGTERM)
