@@ -11,10 +11,10 @@ import pytest
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import Cli
 
-# 2 games × 128 steps = 256 agent steps per update; a schedule of 1,024 steps is 4 updates. The
+# 2 games × 32 steps = 64 agent steps per update; a schedule of 256 steps is 4 updates. The
 # value clip tied to the annealed policy clip (ppo2's rule), so the run's own ε is worked out by hand below.
-TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "128", "--minibatches", "2", "--epochs", "1",
-            "--total-env-steps", "1024", "--stop-after-env-steps", "512", "--seed", "3", "--value-clip-range", "none"]
+TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "32", "--minibatches", "2", "--epochs", "1",
+            "--total-env-steps", "256", "--stop-after-env-steps", "128", "--seed", "3", "--value-clip-range", "none"]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_each_epsilon_gets_one_update_from_the_checkpoint_and_the_run_is_untouch
     result = cli.run("experiments.value_clip", "--run", uuid, "--data-dir", str(data_dir), "--epsilons", "0", "1e9", "1e9")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert (report["run_uuid"], report["update"], report["n_updates"], report["env_steps"]) == (uuid, 2, 4, 512)
+    assert (report["run_uuid"], report["update"], report["n_updates"], report["env_steps"]) == (uuid, 2, 4, 128)
     # The next update's clip, annealed by hand: 0.1 × (1 − 2/4).
     assert report["clip_range"] == pytest.approx(0.05)
     own, zero, huge, again = report["rows"]
@@ -71,7 +71,7 @@ def test_a_run_that_is_not_there_is_one_line_and_exit_2(cli, tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_a_checkpoint_with_an_impossible_config_is_refused_before_any_game_starts(cli, trained, tmp_path: Path) -> None:
-    # A crafted file: the run's own checkpoint with 3 minibatches, which do not divide its batch of 256.
+    # A crafted file: the run's own checkpoint with 3 minibatches, which do not divide its batch of 64.
     data_dir, _ = trained
     state = load_checkpoint(next(data_dir.rglob("checkpoint.pt")))
     state["config"]["minibatches"] = 3
