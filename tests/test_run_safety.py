@@ -144,9 +144,9 @@ def test_sigterm_mid_update_abandons_it_and_the_resume_stays_exact(cli, tmp_path
     if backend == "ray":
         pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
     args = ["--updates", "4", *TINY, "--checkpoint-every", "1", "--seed", "7", "--backend", backend]
-    straight = cli.run("experiments.breakout", *args, "--data-dir", str(tmp_path / "straight"))
-    assert straight.returncode == 0, straight.stderr[-2000:]
-    reference_dir = Path(summary_of(straight.stdout)["run_dir"])
+    # The uninterrupted reference is the same run for every way of sending the signal: made once a
+    # session and copied here (conftest.run_once).
+    reference_dir = Path(run_once(cli, tmp_path / "straight", *args)["run_dir"])
     # The last three checkpoints are kept, newest first, and nothing else is left in the folder.
     kept = checkpoint_paths(reference_dir)
     assert sorted(p.name for p in kept[0].parent.iterdir()) == sorted(p.name for p in kept)
@@ -200,11 +200,16 @@ def test_a_poisoned_live_value_in_the_checkpoint_does_not_poison_the_resume(cli,
     assert cli.leftovers() == []
 
 
+def _two_checkpointed_updates(cli, tmp_path: Path) -> dict:
+    """A TINY run stopped after 2 of 3 updates, checkpointed after each (checkpoint.pt and
+    checkpoint.1.pt); made once a session and copied here (conftest.run_once, which keeps file modes)."""
+    return run_once(cli, tmp_path, "--updates", "3", *TINY, "--checkpoint-every", "1",
+                    "--stop-after-env-steps", str(2 * PER_UPDATE))
+
+
 def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before(cli, tmp_path: Path) -> None:
-    first = cli.run("experiments.breakout", "--updates", "3", *TINY, "--checkpoint-every", "1",
-                    "--stop-after-env-steps", str(2 * PER_UPDATE), "--data-dir", str(tmp_path))
-    assert first.returncode == 0, first.stderr[-2000:]
-    summary = summary_of(first.stdout)
+    summary = _two_checkpointed_updates(cli, tmp_path)
+    assert summary["updates"] == 2
     newest = Path(summary["checkpoint"])
     newest.write_bytes(newest.read_bytes()[:1000])  # a bad state in the newest file
     resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
@@ -313,10 +318,9 @@ GAMES_LEG = ["--updates", "6", "--n-workers", "1", "--envs-per-worker", "2", "--
 
 
 def _leg_with_games(cli, tmp_path: Path) -> dict:
-    """3 of 6 updates of 256 agent steps, long enough for games to end before the checkpoint."""
-    result = cli.run("experiments.breakout", *GAMES_LEG, "--data-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-2000:]
-    summary = summary_of(result.stdout)
+    """3 of 6 updates of 256 agent steps, long enough for games to end before the checkpoint; made
+    once a session and copied here (conftest.run_once)."""
+    summary = run_once(cli, tmp_path, *GAMES_LEG)
     assert summary["updates"] == 3 and summary["games"] >= 1  # the premise of the tests below
     return summary
 
@@ -609,9 +613,9 @@ def test_a_resume_without_dashboard_sends_to_none(cli, tmp_path: Path) -> None:
 
 
 def test_every_file_of_a_run_has_the_same_umask_mode(cli, tmp_path: Path) -> None:
-    result = cli.run("experiments.breakout", "--updates", "2", *TINY, "--checkpoint-every", "1", "--data-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-2000:]
-    run_dir = Path(summary_of(result.stdout)["run_dir"])
+    # The modes the run wrote: run_once's copy keeps each file's mode, and rewrites summary.json and
+    # configs.yaml in place (their mode unchanged).
+    run_dir = Path(_two_checkpointed_updates(cli, tmp_path)["run_dir"])
     modes = {str(p.relative_to(run_dir)): oct(stat.S_IMODE(p.stat().st_mode)) for p in run_dir.rglob("*") if p.is_file()}
     assert {"summary.json", "games.csv", "run.yaml", "checkpoints/checkpoint.pt", "checkpoints/checkpoint.1.pt"} <= set(modes)
     assert set(modes.values()) == {oct(file_mode())}, json.dumps(modes, indent=1)
