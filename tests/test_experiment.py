@@ -16,7 +16,7 @@ from configs.ppo import PPOConfig
 from experiments.breakout import main
 from ppo.checkpoint import load_checkpoint
 from ppo.devices import machine_fingerprint
-from tests.conftest import train_from_seed
+from tests.conftest import run_once, train_from_seed
 
 TINY = ["--n-workers", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "2"]
 SUMMARY_KEYS = {"run_uuid", "updates", "env_steps", "score_mean_100", "games", "sps", "checkpoint"}
@@ -28,11 +28,13 @@ def summary_of(stdout: str) -> dict:
     return json.loads(path.read_text())
 
 
+# The smoke run, filming a game at its last update: the smoke test and the filming test check one
+# run, made once a session and copied for each (conftest.run_once).
+SMOKE = ["--updates", "2", "--n-workers", "2", "--worker-steps", "16", "--eval-video-every", "2"]
+
+
 def test_smoke_two_updates_through_the_cli(cli, tmp_path: Path) -> None:
-    result = cli.run("experiments.breakout", "--updates", "2", "--n-workers", "2", "--worker-steps", "16",
-                     "--data-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = summary_of(result.stdout)
+    summary = run_once(cli, tmp_path, *SMOKE)  # asserts the exit status 0
     assert set(summary) >= SUMMARY_KEYS
     assert summary["updates"] == 2 and summary["env_steps"] == 2 * 2 * 16
     assert summary["status"] == "completed" and summary["sps"] > 0
@@ -47,15 +49,13 @@ def test_smoke_two_updates_through_the_cli(cli, tmp_path: Path) -> None:
 
 
 def test_training_films_a_game_every_k_updates(cli, tmp_path: Path) -> None:
-    result = cli.run("experiments.breakout", "--updates", "2", *TINY, "--eval-video-every", "2", "--data-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-3000:]
-    run_dir = Path(summary_of(result.stdout)["run_dir"])
+    run_dir = Path(run_once(cli, tmp_path, *SMOKE)["run_dir"])
     assert [p.name for p in (run_dir / "videos").iterdir()] == ["update_000002.mp4"]
     assert (run_dir / "videos" / "update_000002.mp4").stat().st_size > 10_000
 
 
 def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Path) -> None:
-    args = ["--updates", "6", *TINY, "--checkpoint-every", "1", "--data-dir", str(tmp_path)]
+    args = ["--updates", "3", *TINY, "--checkpoint-every", "1", "--data-dir", str(tmp_path)]
     process = cli.start_held(tmp_path / "held", *args)  # mid-training, after update 1's checkpoint
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=600)
@@ -69,7 +69,7 @@ def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Pa
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = summary_of(resumed.stdout)
     assert summary["run_uuid"] == interrupted["run_uuid"]
-    assert summary["updates"] == 6 and summary["env_steps"] == 6 * 2 * 16
+    assert summary["updates"] == 3 and summary["env_steps"] == 3 * 2 * 16
     assert summary["games"] >= interrupted["games"]
     assert cli.leftovers() == []
 
