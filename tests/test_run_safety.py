@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -26,6 +27,7 @@ import torch
 import yaml
 
 from configs.ppo import PPOConfig
+from experiments.breakout import main
 from experiments.run.credentials import strip_userinfo
 from experiments.run.folders import checkpoint_paths, file_mode
 from experiments.run.games_csv import read_games
@@ -554,11 +556,22 @@ def test_a_read_only_data_dir_is_one_line_before_anything_starts(cli, tmp_path: 
 
 
 @pytest.mark.parametrize("name", ["../../x", "/tmp/x", "..", "a/b", ".hidden", ""])
-def test_a_name_cannot_put_the_run_outside_the_data_dir(cli, tmp_path: Path, name: str) -> None:
+def test_a_name_cannot_put_the_run_outside_the_data_dir(cli, tmp_path: Path, name: str, capsys) -> None:
     data_dir = tmp_path / "a" / "b" / "runs"
-    result = cli.run("experiments.breakout", "--name", name, "--updates", "1", *TINY, "--data-dir", str(data_dir))
-    _refused_before_anything_started(cli, result, "error: --name ")
-    assert "expected a folder name" in result.stderr
+    args = ["--name", name, "--updates", "1", *TINY, "--data-dir", str(data_dir)]
+    if name == "../../x":  # one through the real command line: its exit status, output and no process left
+        result = cli.run("experiments.breakout", *args)
+        _refused_before_anything_started(cli, result, "error: --name ")
+        stderr = result.stderr
+    else:  # the option's own check, made before anything starts: the others in-process, as the same main()
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 2
+        out, stderr = capsys.readouterr()
+        assert stderr.strip().startswith("error: --name ") and len(stderr.strip().splitlines()) == 1, stderr
+        assert out == ""
+        assert multiprocessing.active_children() == []  # no worker was ever started
+    assert "expected a folder name" in stderr
     assert list(tmp_path.rglob("*")) == []
 
 
