@@ -36,7 +36,7 @@ from game.vector import PipePool, game_specs
 from ppo.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
 from ppo.trainer import IterationSettings, Trainer, UpdateAbandoned
-from tests.conftest import REPO, run_once
+from tests.conftest import REPO, Cli, run_once
 from tests.test_experiment import TINY, summary_of
 
 PER_UPDATE = 2 * 16  # agent steps of one TINY update
@@ -187,19 +187,43 @@ def _first_leg(cli, tmp_path: Path, *extra: str) -> dict:
     return run_once(cli, tmp_path, "--updates", "3", *TINY, "--stop-after-env-steps", str(PER_UPDATE), *extra)
 
 
-def test_a_poisoned_live_value_in_the_checkpoint_does_not_poison_the_resume(cli, tmp_path: Path) -> None:
-    summary = _first_leg(cli, tmp_path)
+@pytest.fixture(scope="module")
+def crafted_resumes(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Two resumes, each of its own copy of one first leg (_first_leg) whose checkpoint holds three
+    things a resume must not take as they are: a poisoned live value, the dashboard the run was sent
+    to before (a local server that records what reaches it, up while both resume), and the actions'
+    sampling state of a CUDA generator. A resume is a whole run's start, so the three tests below
+    share these two, each checking its own part: the three are independent (each is refused or
+    replaced on its own line, and the run goes on from its checkpoint either way)."""
+    cli, root = Cli(), tmp_path_factory.mktemp("crafted")
+    summary = _first_leg(cli, root / "a")
     path = Path(summary["checkpoint"])
     state = load_checkpoint(path)
-    state["live_values"]["learning_rate"] = -0.01  # what the unchecked trainer saved
-    save_checkpoint(path, state)
-    resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
-                      "--data-dir", str(tmp_path))
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "ignoring the checkpoint's live value learning_rate = -0.01: expected a value in [0, 0.01]" in resumed.stderr
-    final = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))
-    assert final["update"] == 3 and final["live_values"]["learning_rate"] == 2.5e-4
-    assert cli.leftovers() == []
+    sampled_on = (state["sample_generator_device"], state["sample_generator"].numel())
+    with recording_server() as (url, seen):
+        state["live_values"]["learning_rate"] = -0.01  # what the unchecked trainer saved
+        state["config"]["dashboard"] = url  # the run was sent to this dashboard before
+        state["sample_generator"] = torch.tensor(H200_SAMPLING_STATE, dtype=torch.uint8)
+        state["sample_generator_device"] = "cuda"
+        save_checkpoint(path, state)
+        shutil.copytree(root / "a", root / "b")
+        resumes = [cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
+                           "--data-dir", str(root / copy)) for copy in ("a", "b")]
+        # labml flushes to its dashboard before the process exits: had it sent, it would be here.
+        sent = list(seen)
+    for resumed in resumes:
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+    finals = [load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"])) for resumed in resumes]
+    return {"sampled_on": sampled_on, "url": url, "resumes": resumes, "finals": finals, "sent": sent,
+            "leftovers": cli.leftovers()}
+
+
+@pytest.mark.slow
+def test_a_poisoned_live_value_in_the_checkpoint_does_not_poison_the_resume(crafted_resumes: dict) -> None:
+    for resumed, final in zip(crafted_resumes["resumes"], crafted_resumes["finals"], strict=True):
+        assert "ignoring the checkpoint's live value learning_rate = -0.01: expected a value in [0, 0.01]" in resumed.stderr
+        assert final["update"] == 3 and final["live_values"]["learning_rate"] == 2.5e-4
+    assert crafted_resumes["leftovers"] == []
 
 
 def _two_checkpointed_updates(cli, tmp_path: Path) -> dict:
@@ -379,32 +403,21 @@ def test_a_resume_refuses_a_line_cut_short_before_the_checkpoint(cli, tmp_path: 
 H200_SAMPLING_STATE = [59, 56, 172, 86, 0, 0, 0, 0, 0, 100, 35, 0, 0, 0, 0, 0]
 
 
-def test_a_checkpoint_sampled_on_cuda_resumes_on_the_cpu_the_same_way_twice(cli, tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_a_checkpoint_sampled_on_cuda_resumes_on_the_cpu_the_same_way_twice(crafted_resumes: dict) -> None:
     """The bug: a CUDA generator's 16 bytes were set into the CPU's generator, and the resume died in
     a traceback after its workers had started. Now it goes on from a new stream that the run's seed
     and the update decide: two resumes of one checkpoint make one run."""
-    summary = _first_leg(cli, tmp_path / "a")
-    path = Path(summary["checkpoint"])
-    state = load_checkpoint(path)
-    assert state["sample_generator_device"] == "cpu" and state["sample_generator"].numel() == 5056
-    state["sample_generator"] = torch.tensor(H200_SAMPLING_STATE, dtype=torch.uint8)
-    state["sample_generator_device"] = "cuda"
-    save_checkpoint(path, state)
-    shutil.copytree(tmp_path / "a", tmp_path / "b")
-    finals = []
-    for copy in ("a", "b"):
-        resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
-                          "--data-dir", str(tmp_path / copy))
-        assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert crafted_resumes["sampled_on"] == ("cpu", 5056)  # what the run saved, before it was replaced
+    for resumed, final in zip(crafted_resumes["resumes"], crafted_resumes["finals"], strict=True):
         assert ("the checkpoint's actions were sampled on cuda; this resume samples them on cpu from a new random "
                 "stream (seeded by the run's seed and update 1): the run goes on, but not bit for bit as it would "
                 "on cuda") in resumed.stderr.splitlines()
-        final = load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))
         assert final["update"] == 3 and final["sample_generator_device"] == "cpu"
-        finals.append(final)
+    finals = crafted_resumes["finals"]
     assert torch.equal(finals[0]["sample_generator"], finals[1]["sample_generator"])
     assert all(torch.equal(finals[0]["model"][k], finals[1]["model"][k]) for k in finals[0]["model"])
-    assert cli.leftovers() == []
+    assert crafted_resumes["leftovers"] == []
 
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["device recorded", "older checkpoint, told by size"])
@@ -608,21 +621,14 @@ def recording_server() -> Iterator[tuple[str, list[str]]]:
         server.server_close()
 
 
-def test_a_resume_without_dashboard_sends_to_none(cli, tmp_path: Path) -> None:
-    summary = _first_leg(cli, tmp_path)
-    with recording_server() as (url, seen):
-        path = Path(summary["checkpoint"])
-        state = load_checkpoint(path)
-        state["config"]["dashboard"] = url  # the run was sent to this dashboard before
-        save_checkpoint(path, state)
-        resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
-                          "--data-dir", str(tmp_path))
-        assert resumed.returncode == 0, resumed.stderr[-2000:]
-        # labml flushes to its dashboard before the process exits: had it sent, it would be here.
-        assert seen == []
-    assert f"note: this run was sent to the dashboard {url} before; add --dashboard URL" in resumed.stderr
-    assert load_checkpoint(Path(summary_of(resumed.stdout)["checkpoint"]))["config"]["dashboard"] is None
-    assert cli.leftovers() == []
+@pytest.mark.slow
+def test_a_resume_without_dashboard_sends_to_none(crafted_resumes: dict) -> None:
+    url = crafted_resumes["url"]
+    assert crafted_resumes["sent"] == []
+    for resumed, final in zip(crafted_resumes["resumes"], crafted_resumes["finals"], strict=True):
+        assert f"note: this run was sent to the dashboard {url} before; add --dashboard URL" in resumed.stderr
+        assert final["config"]["dashboard"] is None
+    assert crafted_resumes["leftovers"] == []
 
 
 def test_every_file_of_a_run_has_the_same_umask_mode(cli, tmp_path: Path) -> None:
