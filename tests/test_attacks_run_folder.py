@@ -5,6 +5,7 @@ then the real command (`--resume`, `experiments.curves`, `experiments.evaluate`)
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.breakout import main
 from experiments.run.folder_checks import DEAD_WRITERS_FILES, remove_dead_writers_files
 from experiments.run.folders import checkpoint_path, checkpoint_paths, rotate_in
 from ppo.checkpoint import load_checkpoint, save_checkpoint
@@ -41,10 +43,27 @@ def _one_line_refusal(cli, result: subprocess.CompletedProcess[str]) -> str:
 
 # ---- item 1: nothing is written through a link ------------------------------------------------------
 
-def test_a_link_where_a_run_file_belongs_is_refused_and_its_target_never_written(cli, tmp_path: Path) -> None:
+def _one_line_refusal_in_process(capsys: pytest.CaptureFixture[str], data_dir: Path, run_uuid: str) -> str:
+    """_one_line_refusal of the same `--resume` given to the command's main() in this process: a
+    refusal made before anything starts needs no Python of its own to prove it (exit 2, one stderr
+    line, nothing on stdout, no traceback, no worker started)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--resume", run_uuid, "--stop-after-env-steps", "none", "--data-dir", str(data_dir)])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2, err[-3000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and out == "", err[-3000:]
+    assert "Traceback" not in err
+    assert multiprocessing.active_children() == []
+    return lines[0]
+
+
+def test_a_link_where_a_run_file_belongs_is_refused_and_its_target_never_written(
+        cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """labml rewrites configs.yaml, run.yaml, indicators.yaml and source.diff, and appends to
     run_log.jsonl, with a plain open(): each replaced by a link to a file elsewhere used to be
-    overwritten or appended to by `--resume`. The run's own files are links too here."""
+    overwritten or appended to by `--resume`. The run's own files are links too here. The first
+    link is refused by the real command; the others by its main() in this process."""
     data_dir = tmp_path / "runs"
     summary = _first_leg(cli, data_dir)
     run_dir, run_uuid = Path(summary["run_dir"]), summary["run_uuid"]
@@ -57,7 +76,8 @@ def test_a_link_where_a_run_file_belongs_is_refused_and_its_target_never_written
         original = path.read_bytes() if path.exists() else None
         path.unlink(missing_ok=True)
         path.symlink_to(target)
-        line = _one_line_refusal(cli, _resume(cli, data_dir, run_uuid))
+        line = (_one_line_refusal(cli, _resume(cli, data_dir, run_uuid)) if name == LABML_FILES[0]
+                else _one_line_refusal_in_process(capsys, data_dir, run_uuid))
         assert line == (f"error: --resume {run_uuid}: expected a run folder of plain files and folders ({path} is a "
                         "symbolic link, which would be read or written through; nothing was read or written)"), name
         assert target.read_text() == f"{SECRET}\nthe user's own {name}\n", name
