@@ -459,16 +459,38 @@ BAD_RANDOM_STATES = [  # (field, value, the one line that refuses it)
 ]
 
 
-def test_a_checkpoint_whose_random_states_cannot_be_restored_is_refused_before_anything_starts(cli, tmp_path: Path) -> None:
+def _refused_resume_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Path, summary: dict) -> list[str]:
+    """_refused_resume with the same `--resume` given to the command's main() in this process: a
+    refusal made before anything starts needs no Python of its own to prove it (exit 2, no byte of
+    the run folder changed, no worker started, nothing on stdout)."""
+    run_dir = Path(summary["run_dir"])
+
+    def files() -> dict[Path, bytes]:
+        return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    before = files()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--resume", summary["run_uuid"], "--data-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2, err[-2000:]
+    assert files() == before and out == ""
+    assert multiprocessing.active_children() == []
+    return err.strip().splitlines()
+
+
+def test_a_checkpoint_whose_random_states_cannot_be_restored_is_refused_before_anything_starts(
+        cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Restoring them is the resume's first step after the workers start: a state that cannot be
-    restored used to end it there in a traceback. Each bad state is written into every kept checkpoint."""
+    restored used to end it there in a traceback. Each bad state is written into every kept checkpoint;
+    the first is refused by the real command, the others by its main() in this process."""
     summary = _first_leg(cli, tmp_path)
     paths = [p for p in checkpoint_paths(Path(summary["run_dir"])) if p.exists()]
     good = {path: path.read_bytes() for path in paths}
-    for field, value, why in BAD_RANDOM_STATES:
+    for index, (field, value, why) in enumerate(BAD_RANDOM_STATES):
         for path in paths:
             save_checkpoint(path, {**load_checkpoint(path), field: value})
-        assert _refused_resume(cli, tmp_path, summary) == [f"error: {why}"], field
+        refused = (_refused_resume(cli, tmp_path, summary) if index == 0
+                   else _refused_resume_in_process(capsys, tmp_path, summary))
+        assert refused == [f"error: {why}"], field
         for path, data in good.items():
             path.write_bytes(data)
 
