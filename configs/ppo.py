@@ -128,6 +128,9 @@ class PPOConfig:
                                 Within(0, MAX_UPDATES), run_option=True)
     dashboard: str | None = hp(None, "labml dashboard to send the run to: http://127.0.0.1:5005 (or a full app_url …/api/v1/default) "
                                      "(default: none, not sent)", run_option=True, metavar="URL")
+    dashboard_wait: float = hp(30.0, "seconds a run's end waits for the dashboard to take its last updates (labml's sender "
+                                     "retries forever); then it warns and exits, the updates kept in the run folder",
+                               Within(0.0, 3600.0, low_open=True), run_option=True)
 
     # ---- derived sizes: computed once, after validation ----
     @property
@@ -198,7 +201,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                                  "normalize_advantages", "target_kl"),
     "where and how it computes (run options)": ("backend", "ray_address", "ray_cpus_per_worker", "device", "torch_threads",
                                                 "sample_threads", "overlap_sampling", "precision", "channels_last"),
-    "the run: seed, output, dashboard": ("seed", "name", "data_dir", "checkpoint_every", "score_window", "eval_video_every", "dashboard"),
+    "the run: seed, output, dashboard": ("seed", "name", "data_dir", "checkpoint_every", "score_window", "eval_video_every", "dashboard", "dashboard_wait"),
     "faults": ("max_worker_restarts", "restart_window", "skip_nonfinite", "worker_timeout"),
 }
 

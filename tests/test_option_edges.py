@@ -46,7 +46,7 @@ TRAINING: dict[str, frozenset[str]] = {
     "name": frozenset({"zero", "huge", "nan", "inf", "word", "overflow"}),
     "data_dir": frozenset({"zero", "negative", "huge", "nan", "inf", "word", "overflow"}),
     "checkpoint_every": ZERO, "score_window": NONE, "max_worker_restarts": ZERO, "restart_window": NONE,
-    "worker_timeout": NONE, "eval_video_every": ZERO, "dashboard": NONE,
+    "worker_timeout": NONE, "eval_video_every": ZERO, "dashboard": NONE, "dashboard_wait": NONE,
 }
 
 

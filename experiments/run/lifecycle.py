@@ -303,9 +303,9 @@ class TrainingRun:
         # exception "completed", a Ctrl-C'd one included; its run_log.jsonl and the dashboard get the
         # status summary.json has instead (interrupted, completed, or crashed with the fault).
         experiment_singleton().finish(self.status, self.error)
-        if self.config.dashboard and not finish_app_tracking(timeout_s=30.0):
-            say("warning: the dashboard did not take the run's last updates within 30 s; "
-                "they are in the run folder")
+        if self.config.dashboard and not finish_app_tracking(timeout_s=self.config.dashboard_wait):
+            say(f"warning: the dashboard did not take the run's last updates within {self.config.dashboard_wait:g} s "
+                "(--dashboard-wait); they are in the run folder")
 
     def _report(self, summary: dict[str, Any]) -> RunResult:
         """What happened, in a few lines on stderr, and the commands to go on with."""
