@@ -265,12 +265,15 @@ def test_saving_never_follows_a_link_to_the_checkpoint(tmp_path: Path) -> None:
 # ---- item 3: garbage emulator states are refused before any worker starts -------------------------------
 
 @pytest.mark.parametrize("garbage", ["random bytes", "a cut state", "an oversized state"])
-def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(cli, tmp_path: Path, garbage: str) -> None:
+def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(
+        cli, tmp_path: Path, garbage: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Random bytes in the saved ALE states used to make every worker fail, be replaced and fail
-    again, then end the resume in a WorkerKeepsFailing traceback."""
+    again, then end the resume in a WorkerKeepsFailing traceback. Random bytes are refused by the
+    real command; the other two by its main() in this process (the refusal is made before anything
+    starts, so it needs no Python of its own)."""
     import random
 
-    from tests.test_run_safety import _refused_resume
+    from tests.test_run_safety import _refused_resume, _refused_resume_in_process
     summary = _first_leg(cli, tmp_path)
     noise = random.Random(39)
     for path in checkpoint_paths(Path(summary["run_dir"])):
@@ -281,7 +284,8 @@ def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(cli, tm
             first["ale"] = {"random bytes": noise.randbytes(len(ale)), "a cut state": ale[: len(ale) // 2],
                             "an oversized state": bytes(2**20 + 1)}[garbage]
             save_checkpoint(path, {**state, "env_states": [first, *state["env_states"][1:]]})
-    lines = _refused_resume(cli, tmp_path, summary)
+    lines = (_refused_resume(cli, tmp_path, summary) if garbage == "random bytes"
+             else _refused_resume_in_process(capsys, tmp_path, summary))
     assert len(lines) == 1 and lines[0].startswith("error: the checkpoint's env_states[0] "), lines
     assert lines[0].endswith("; nothing was started"), lines
     if garbage == "an oversized state":
