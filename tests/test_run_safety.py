@@ -311,15 +311,19 @@ def test_a_crafted_checkpoint_is_refused_without_running_anything(cli, tmp_path:
     ("updates.csv", "2,64" + ",x" * 20, "not a row of numbers (its learning_rate is not a number)"),
 ])
 def test_a_resume_refuses_a_run_whose_records_cannot_be_read_before_anything_starts(
-        cli, tmp_path: Path, record: str, bad_row: str, why: str) -> None:
+        cli, tmp_path: Path, record: str, bad_row: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A hand-edited or truncated games.csv / updates.csv used to end the resume in a traceback
-    after the game workers had started; now it is one line and nothing in the run folder changes."""
+    after the game workers had started; now it is one line and nothing in the run folder changes.
+    games.csv is refused by the real command, updates.csv by its main() in this process (the refusal
+    is made before anything starts, so it needs no Python of its own)."""
     summary = _first_leg(cli, tmp_path)
     run_dir = Path(summary["run_dir"])
     path = run_dir / record
     rows = path.read_text().splitlines()
     path.write_text("\n".join([*rows, bad_row]) + "\n")
-    assert _refused_resume(cli, tmp_path, summary) == [
+    refused = (_refused_resume(cli, tmp_path, summary) if record == "games.csv"
+               else _refused_resume_in_process(capsys, tmp_path, summary))
+    assert refused == [
         f"error: --resume {summary['run_uuid']}: expected a run whose records can be read "
         f"({path}:{len(rows) + 1}: {why})"]
 
