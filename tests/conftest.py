@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 import torch
 
 from configs.ppo import PPOConfig
+from experiments.breakout import main as train_main
 from experiments.run import process_table
 from game.vector import PipePool, game_specs
 from ppo.seeding import derive_seeds
@@ -48,6 +50,20 @@ def train_from_seed(config: PPOConfig, pool_factory=PipePool, updates: int = 0
             trainer.iteration()
         rollout = {name: getattr(trainer.rollout, name).copy() for name in ROLLOUT_FIELDS}
         return rollout, [p.detach().clone() for p in trainer.model.parameters()]
+
+
+def refused_in_process(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """The training command's main(argv) in this process, for a refusal made before anything starts
+    (it needs no Python of its own to prove it): exit 2, one stderr line (returned), nothing on
+    stdout, no traceback, no worker started."""
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(argv)
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2, err[-3000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and out == "" and "Traceback" not in err, (out[-1000:], err[-3000:])
+    assert multiprocessing.active_children() == []  # no worker was ever started
+    return lines[0]
 
 
 def wait_until_no_processes(marker: str, timeout_s: float = 60.0) -> list[int]:

@@ -5,7 +5,6 @@ then the real command (`--resume`, `experiments.curves`, `experiments.evaluate`)
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -14,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments.breakout import main
 from experiments.run.folder_checks import DEAD_WRITERS_FILES, remove_dead_writers_files
 from experiments.run.folders import checkpoint_path, checkpoint_paths, rotate_in
 from ppo.checkpoint import load_checkpoint, save_checkpoint
-from tests.conftest import REPO
+from tests.conftest import REPO, refused_in_process
 from tests.test_experiment import TINY, summary_of
 from tests.test_run_safety import PER_UPDATE, _first_leg
 
@@ -43,21 +41,6 @@ def _one_line_refusal(cli, result: subprocess.CompletedProcess[str]) -> str:
 
 # ---- item 1: nothing is written through a link ------------------------------------------------------
 
-def _one_line_refusal_in_process(capsys: pytest.CaptureFixture[str], data_dir: Path, run_uuid: str) -> str:
-    """_one_line_refusal of the same `--resume` given to the command's main() in this process: a
-    refusal made before anything starts needs no Python of its own to prove it (exit 2, one stderr
-    line, nothing on stdout, no traceback, no worker started)."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--resume", run_uuid, "--stop-after-env-steps", "none", "--data-dir", str(data_dir)])
-    out, err = capsys.readouterr()
-    assert exit_info.value.code == 2, err[-3000:]
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and out == "", err[-3000:]
-    assert "Traceback" not in err
-    assert multiprocessing.active_children() == []
-    return lines[0]
-
-
 def test_a_link_where_a_run_file_belongs_is_refused_and_its_target_never_written(
         cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """labml rewrites configs.yaml, run.yaml, indicators.yaml and source.diff, and appends to
@@ -77,7 +60,7 @@ def test_a_link_where_a_run_file_belongs_is_refused_and_its_target_never_written
         path.unlink(missing_ok=True)
         path.symlink_to(target)
         line = (_one_line_refusal(cli, _resume(cli, data_dir, run_uuid)) if name == LABML_FILES[0]
-                else _one_line_refusal_in_process(capsys, data_dir, run_uuid))
+                else refused_in_process(capsys, ["--resume", run_uuid, "--stop-after-env-steps", "none", "--data-dir", str(data_dir)]))
         assert line == (f"error: --resume {run_uuid}: expected a run folder of plain files and folders ({path} is a "
                         "symbolic link, which would be read or written through; nothing was read or written)"), name
         assert target.read_text() == f"{SECRET}\nthe user's own {name}\n", name

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import signal
 import time
 from pathlib import Path
@@ -13,10 +12,9 @@ import pytest
 import torch
 
 from configs.ppo import PPOConfig
-from experiments.breakout import main
 from ppo.checkpoint import load_checkpoint
 from ppo.devices import machine_fingerprint
-from tests.conftest import run_once, train_from_seed
+from tests.conftest import refused_in_process, run_once, train_from_seed
 
 TINY = ["--n-workers", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "2"]
 SUMMARY_KEYS = {"run_uuid", "updates", "env_steps", "score_mean_100", "games", "sps", "checkpoint"}
@@ -129,12 +127,8 @@ def test_same_seed_gives_the_same_first_rollout() -> None:
     (["--resume", "0123456789abcdef0123456789abcdef"], "--resume 0123456789abcdef0123456789abcdef: expected the uuid of a run"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_path: Path, capsys) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main([*args, "--data-dir", str(tmp_path)])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error: ") and expected in err, err
-    assert multiprocessing.active_children() == []  # nothing was started
+    err = refused_in_process(capsys, [*args, "--data-dir", str(tmp_path)])
+    assert err.startswith("error: ") and expected in err, err
     assert list(tmp_path.iterdir()) == []  # and nothing written
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
 import shutil
 import signal
@@ -27,7 +26,6 @@ import torch
 import yaml
 
 from configs.ppo import PPOConfig
-from experiments.breakout import main
 from experiments.run.credentials import strip_userinfo
 from experiments.run.folders import checkpoint_paths, file_mode
 from experiments.run.games_csv import read_games
@@ -36,7 +34,7 @@ from game.vector import PipePool, game_specs
 from ppo.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
 from ppo.trainer import IterationSettings, Trainer, UpdateAbandoned
-from tests.conftest import REPO, Cli, run_once
+from tests.conftest import REPO, Cli, refused_in_process, run_once
 from tests.test_experiment import TINY, summary_of
 
 PER_UPDATE = 2 * 16  # agent steps of one TINY update
@@ -465,20 +463,16 @@ BAD_RANDOM_STATES = [  # (field, value, the one line that refuses it)
 
 def _refused_resume_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Path, summary: dict) -> list[str]:
     """_refused_resume with the same `--resume` given to the command's main() in this process: a
-    refusal made before anything starts needs no Python of its own to prove it (exit 2, no byte of
-    the run folder changed, no worker started, nothing on stdout)."""
+    refusal made before anything starts needs no Python of its own to prove it (`refused_in_process`,
+    and no byte of the run folder changed)."""
     run_dir = Path(summary["run_dir"])
 
     def files() -> dict[Path, bytes]:
         return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     before = files()
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--resume", summary["run_uuid"], "--data-dir", str(tmp_path)])
-    out, err = capsys.readouterr()
-    assert exit_info.value.code == 2, err[-2000:]
-    assert files() == before and out == ""
-    assert multiprocessing.active_children() == []
-    return err.strip().splitlines()
+    line = refused_in_process(capsys, ["--resume", summary["run_uuid"], "--data-dir", str(tmp_path)])
+    assert files() == before
+    return [line]
 
 
 def test_a_checkpoint_whose_random_states_cannot_be_restored_is_refused_before_anything_starts(
@@ -603,13 +597,8 @@ def test_a_name_cannot_put_the_run_outside_the_data_dir(cli, tmp_path: Path, nam
         _refused_before_anything_started(cli, result, "error: --name ")
         stderr = result.stderr
     else:  # the option's own check, made before anything starts: the others in-process, as the same main()
-        with pytest.raises(SystemExit) as exit_info:
-            main(args)
-        assert exit_info.value.code == 2
-        out, stderr = capsys.readouterr()
-        assert stderr.strip().startswith("error: --name ") and len(stderr.strip().splitlines()) == 1, stderr
-        assert out == ""
-        assert multiprocessing.active_children() == []  # no worker was ever started
+        stderr = refused_in_process(capsys, args)
+        assert stderr.startswith("error: --name "), stderr
     assert "expected a folder name" in stderr
     assert list(tmp_path.rglob("*")) == []
 
