@@ -14,6 +14,7 @@ from pathlib import Path
 
 from configs.cli import fail
 from configs.grouping import usable_cores
+from configs.machine import shared_cores_environment
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,13 @@ def seed_run(side: str, seed: int, args: argparse.Namespace, extra: Sequence[str
     else:
         command = [sys.executable, "-m", "experiments.peer_sb3", "--seed", str(seed), "--total-env-steps", str(args.total_env_steps),
                    "--stop-after-env-steps", str(args.budget), "--run-dir", str(out)]
-        if args.jobs > 1:  # SB3's torch would take every core: with others running at once, its share of them
-            share = max(1, usable_cores() // args.jobs)
-            return SeedRun(side, seed, out, tuple(command), (("OMP_NUM_THREADS", str(share)),))
-    return SeedRun(side, seed, out, tuple(command))
+    if args.jobs == 1:
+        return SeedRun(side, seed, out, tuple(command))
+    # Runs at once share the cores: idle torch threads sleep rather than spin (configs/machine.py).
+    environment = shared_cores_environment()
+    if side != "project":  # SB3's torch would take every core: with others running at once, its share of them
+        environment["OMP_NUM_THREADS"] = str(max(1, usable_cores() // args.jobs))
+    return SeedRun(side, seed, out, tuple(command), tuple(sorted(environment.items())))
 
 
 def _die_with_parent() -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, float_in, int_in, overrides_from_args, spell_game
 from configs.fields import MAX_SEED, MAX_WORKERS
+from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
@@ -82,14 +83,18 @@ def connect(address: str | None, cpus_per_trial: float) -> bool:
 
     own_sigterm = signal.getsignal(signal.SIGTERM)
     common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+    # Trials (or members) share a node's cores: their idle torch threads sleep rather than spin
+    # (configs/machine.py). A private Ray's workers inherit this process's environment.
+    shared = shared_cores_environment()
     try:
         if address is None:
+            os.environ.update(shared)
             ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_per_trial)), **common)
             return True
         # The cluster's nodes need the same Python environment; this checkout's code travels with the
         # job (working_dir), so every trial runs the driver's version of it.
         excludes = [".git", ".venv", "runs", "docs", "tests", "**/__pycache__", "*.egg-info"]
-        ray.init(address=address, runtime_env={"working_dir": str(REPO), "excludes": excludes}, **common)
+        ray.init(address=address, runtime_env={"working_dir": str(REPO), "excludes": excludes, "env_vars": shared}, **common)
         return any(n["Alive"] and n["Resources"].get("CPU", 0) >= cpus_per_trial for n in ray.nodes())
     finally:
         if own_sigterm is not None:  # None: a handler not set from Python, nothing to put back

@@ -452,23 +452,27 @@ def test_a_peer_run_stops_at_a_sigterm_with_its_games_and_summary(cli, tmp_path:
     assert cli.leftovers() == []
 
 
-def test_a_peer_run_among_others_gets_its_share_of_the_cores(tmp_path: Path) -> None:
+def test_a_peer_run_among_others_gets_its_share_of_the_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
     from configs.grouping import usable_cores
     from experiments.seed_runs import seed_run
 
+    monkeypatch.delenv("OMP_WAIT_POLICY")  # as in a user's shell (the suite sets it, tests/__init__.py)
     args = argparse.Namespace(out=str(tmp_path), total_env_steps=1000, budget=500, jobs=1)
     alone = seed_run("sb3", 3, args, [])
     assert alone.environment == () and alone.out == tmp_path / "runs" / "sb3" / "seed3"
     assert alone.command[-6:] == ("--total-env-steps", "1000", "--stop-after-env-steps", "500", "--run-dir", str(alone.out))
+    assert seed_run("project", 3, args, []).environment == ()  # a run alone keeps torch's defaults
     cores = usable_cores()
-    args.jobs = 2
-    assert seed_run("sb3", 3, args, []).environment == (("OMP_NUM_THREADS", str(max(1, cores // 2))),)
+    args.jobs = 2  # runs at once: idle threads sleep rather than spin on the cores they share
+    assert seed_run("sb3", 3, args, []).environment == (("OMP_NUM_THREADS", str(max(1, cores // 2))), ("OMP_WAIT_POLICY", "PASSIVE"))
     args.jobs = cores + 1  # more runs than cores: one thread each, never zero
-    assert seed_run("sb3", 3, args, []).environment == (("OMP_NUM_THREADS", "1"),)
+    assert seed_run("sb3", 3, args, []).environment == (("OMP_NUM_THREADS", "1"), ("OMP_WAIT_POLICY", "PASSIVE"))
     # The project's runs take their threads from their own options (--torch-threads), passed on as given.
-    assert seed_run("project", 3, args, ["--torch-threads", "1"]).environment == ()
+    assert seed_run("project", 3, args, ["--torch-threads", "1"]).environment == (("OMP_WAIT_POLICY", "PASSIVE"),)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's own choice wins
+    assert seed_run("project", 3, args, []).environment == (("OMP_WAIT_POLICY", "ACTIVE"),)
 
 
 def test_two_labels_get_a_two_sided_test_column() -> None:
