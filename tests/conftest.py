@@ -186,8 +186,10 @@ def ray_instance() -> Iterator[object]:
 
 
 # What the fast selection (`-m "not slow and not ray and not browser"`) leaves out, by what a test
-# uses rather than by a list kept by hand: a whole command-line session, a dashboard server, a Ray.
-SLOW_FIXTURES = {"cli", "dashboard", "finished_run", "pool_stack"}
+# uses rather than by a list kept by hand: a whole command-line session, a dashboard server (the
+# module's, or one a test starts itself: every such test checks with `no_leftover_processes` that
+# it leaves none), a Ray.
+SLOW_FIXTURES = {"cli", "dashboard", "finished_run", "pool_stack", "no_leftover_processes"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
