@@ -57,16 +57,18 @@ def test_a_sigterm_to_the_sweep_stops_its_trials_and_leaves_nothing(cli, tmp_pat
                                 "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--workers-per-trial", "1",
                                 "--cpus-per-trial", "1", "--max-concurrent", "1", "--data-dir", str(tmp_path / "runs")],
                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 600
-    while not any((tmp_path / "runs").rglob("updates.csv")):  # the event: a trial is training
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "no trial trained within 600 s"
-        time.sleep(0.1)
-    trial_processes = [pid for pid in process_table.marked(MARK, cli.marker) if b"ray::run_trial" in _cmdline(pid)]
-    assert trial_processes, "no Ray worker is running a trial"
-    assert all(_environ(pid).get("OMP_WAIT_POLICY") == "PASSIVE" for pid in trial_processes)
-    process.send_signal(signal.SIGTERM)  # the driver alone, as a job scheduler sends it
-    _out, err = process.communicate(timeout=600)
+    try:
+        deadline = time.monotonic() + 600
+        while not any((tmp_path / "runs").rglob("updates.csv")):  # the event: a trial is training
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no trial trained within 600 s"
+            time.sleep(0.1)
+        trial_processes = [pid for pid in process_table.marked(MARK, cli.marker) if b"ray::run_trial" in _cmdline(pid)]
+        assert trial_processes, "no Ray worker is running a trial"
+        assert all(_environ(pid).get("OMP_WAIT_POLICY") == "PASSIVE" for pid in trial_processes)
+    finally:  # the trials run 100,000 updates: a failed check above must not leave them running
+        process.send_signal(signal.SIGTERM)  # the driver alone, as a job scheduler sends it
+        _out, err = process.communicate(timeout=600)
     assert process.returncode == 130, err[-3000:]
     assert "sweep interrupted: running trials were stopped (their last checkpoints are kept)" in err
     assert cli.leftovers() == []  # Ray's processes and the trial's workers are gone
