@@ -4,10 +4,12 @@ train briefly from a seed on a real pool."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -138,6 +140,15 @@ class Cli:
     def leftovers(self) -> list[int]:
         return wait_until_no_processes(self.marker)
 
+    def kill_leftovers(self) -> list[int]:
+        """SIGKILL every process still carrying this session's marker (those it killed)."""
+        killed = []
+        for pid in process_table.marked(MARK, self.marker):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        return killed
+
 
 # Runs made once per session and copied for each test that asks for the same one (`run_once`).
 _RUN_CACHE: dict[tuple[str, ...], Path] = {}
@@ -170,8 +181,13 @@ atexit.register(shutil.rmtree, _CACHE_ROOT, ignore_errors=True)
 
 
 @pytest.fixture
-def cli() -> Cli:
-    return Cli()
+def cli() -> Iterator[Cli]:
+    session = Cli()
+    yield session
+    # A test that fails before it stops what it started (a sweep of 100,000 updates, a held run)
+    # must not leave it loading the cores for the rest of the suite. A test that passed has
+    # already checked that nothing is left (`leftovers`).
+    session.kill_leftovers()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch
 from configs.ppo import PPOConfig
 from ppo.checkpoint import load_checkpoint
 from ppo.devices import machine_fingerprint
-from tests.conftest import refused_in_process, run_once, train_from_seed
+from tests.conftest import Cli, refused_in_process, run_once, train_from_seed
 
 TINY = ["--n-workers", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "2"]
 SUMMARY_KEYS = {"run_uuid", "updates", "env_steps", "score_mean_100", "games", "sps", "checkpoint"}
@@ -29,6 +29,20 @@ def summary_of(stdout: str) -> dict:
 # The smoke run, filming a game at its last update: the smoke test and the filming test check one
 # run, made once a session and copied for each (conftest.run_once).
 SMOKE = ["--updates", "2", "--n-workers", "2", "--worker-steps", "16", "--eval-video-every", "2"]
+
+
+def test_what_a_test_started_and_never_stopped_is_killed_when_it_ends() -> None:
+    # The `cli` fixture's teardown (conftest): a real process started through Cli and left running,
+    # as a test that fails midway leaves it, is killed, and nothing with its marker is left.
+    session = Cli()
+    server = session.start("http.server", "0", "--bind", "127.0.0.1")
+    try:
+        assert session.kill_leftovers() == [server.pid]
+        assert server.wait(timeout=60) == -signal.SIGKILL
+        assert session.leftovers() == []
+    finally:
+        server.kill()
+        server.communicate()
 
 
 def test_smoke_two_updates_through_the_cli(cli, tmp_path: Path) -> None:
