@@ -6,8 +6,6 @@ import argparse
 import csv
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from experiments.run import process_table
 from experiments.sweep import main, sorted_rows
 from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
 from game.vector.ray_actors import ray_installed
-from tests.conftest import MARK, REPO
+from tests.conftest import MARK
 
 requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
 
@@ -47,28 +45,25 @@ def test_two_trial_sweep_runs_full_runs_and_ranks_them(cli, tmp_path: Path) -> N
 
 
 @requires_ray
-def test_a_sigterm_to_the_sweep_stops_its_trials_and_leaves_nothing(cli, tmp_path: Path) -> None:
+def test_a_sigterm_to_the_sweep_stops_its_trials_and_leaves_nothing(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ray.init puts its own SIGTERM handler in the driver, one that aborts it: the trials would lose
     their stop and a private Ray its shutdown. A SIGTERM is taken as Ctrl-C is. And trials share the
     cores, so the sweep has their idle torch threads sleep (OMP_WAIT_POLICY=PASSIVE), here from a
     shell that did not set it."""
-    env = {k: v for k, v in cli.env().items() if k != "OMP_WAIT_POLICY"}
-    process = subprocess.Popen([sys.executable, "-m", "experiments.sweep", "--grid", "learning_rate=1e-4,3e-4", "--updates", "100000",
-                                "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--workers-per-trial", "1",
-                                "--cpus-per-trial", "1", "--max-concurrent", "1", "--data-dir", str(tmp_path / "runs")],
-                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 600
-        while not any((tmp_path / "runs").rglob("updates.csv")):  # the event: a trial is training
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "no trial trained within 600 s"
-            time.sleep(0.1)
-        trial_processes = [pid for pid in process_table.marked(MARK, cli.marker) if b"ray::run_trial" in _cmdline(pid)]
-        assert trial_processes, "no Ray worker is running a trial"
-        assert all(_environ(pid).get("OMP_WAIT_POLICY") == "PASSIVE" for pid in trial_processes)
-    finally:  # the trials run 100,000 updates: a failed check above must not leave them running
-        process.send_signal(signal.SIGTERM)  # the driver alone, as a job scheduler sends it
-        _out, err = process.communicate(timeout=600)
+    monkeypatch.delenv("OMP_WAIT_POLICY")  # as in a user's shell (the suite sets it, tests/__init__.py)
+    process = cli.start("experiments.sweep", "--grid", "learning_rate=1e-4,3e-4", "--updates", "100000",
+                        "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--workers-per-trial", "1",
+                        "--cpus-per-trial", "1", "--max-concurrent", "1", "--data-dir", str(tmp_path / "runs"))
+    deadline = time.monotonic() + 600
+    while not any((tmp_path / "runs").rglob("updates.csv")):  # the event: a trial is training
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no trial trained within 600 s"
+        time.sleep(0.1)
+    trials = {pid for pid in process_table.marked(MARK, cli.marker) if b"ray::run_trial" in _cmdline(pid)}
+    assert trials, "no Ray worker is running a trial"
+    assert trials <= set(process_table.marked("OMP_WAIT_POLICY", "PASSIVE"))
+    process.send_signal(signal.SIGTERM)  # the driver alone, as a job scheduler sends it
+    _out, err = process.communicate(timeout=600)
     assert process.returncode == 130, err[-3000:]
     assert "sweep interrupted: running trials were stopped (their last checkpoints are kept)" in err
     assert cli.leftovers() == []  # Ray's processes and the trial's workers are gone
@@ -79,11 +74,6 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:  # it ended meanwhile
         return b""
-
-
-def _environ(pid: int) -> dict[str, str]:
-    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(entry.decode(errors="replace").partition("=")[::2] for entry in entries if b"=" in entry)
 
 
 def _args(**values) -> argparse.Namespace:
