@@ -13,6 +13,8 @@ measurement) and `--warmup-updates`, and measures, in agent steps (samples) per 
 * `infer_sps`       eager `ActorCritic` forward at the rollout batch (n_envs), all cores, at the
                     loop's `--precision` (`infer_sps_fp32`: in fp32, the best memory format);
 * `train_sps`       forward + backward + Adam at the minibatch size, likewise (`train_sps_fp32`);
+* `sample_*_ms`     where `sample_sps`'s time went, per step of all the games: the trainer's and a
+                    worker's time on a core and waiting for one (the scheduler's accounts, Linux);
 * `bound_sps`       the loop's limit from those rates (see `bound_sps()`), and the loop's fraction
                     of it; `fp32_bound_sps` the same limit from the fp32 rates, which a bf16 loop
                     may exceed (`loop_fraction_of_fp32_bound` > 1).
@@ -185,6 +187,10 @@ def format_table(r: dict[str, Any]) -> str:
         f"{'actors' if r['backend'] == 'ray' else 'workers+forkserver'} peak {r['workers_peak_rss_mb']:.0f} (PSS {r['workers_pss_mb']:.0f})",
         f"workers import torch: {r['workers_import_torch']}",
     ]
+    if "sample_step_ms" in r:  # the scheduler's accounts (Linux, workers on this machine)
+        lines.insert(-2, f"sampling (ms per step of all {c['n_envs']} games)  {r['sample_step_ms']:.2f}: trainer on a core "
+                         f"{r['sample_trainer_on_core_ms']:.2f} (waiting for one {r['sample_trainer_waiting_ms']:.2f}), "
+                         f"each worker {r['sample_worker_on_core_ms']:.2f} (waiting {r['sample_worker_waiting_ms']:.2f})")
     return "\n".join(lines)
 
 

@@ -184,13 +184,37 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
         for _ in range(warmup_updates):
             whole_update()
         hp = trainer.schedule()
-        out["sample_sps"] = timed_rate(trainer.collect, size, duration, 0.0, sync=sync)["rate"]
+        pids = [os.getpid(), *pool.worker_pids()]
+        started, before = time.perf_counter(), [process_table.scheduler_ns(pid) for pid in pids]
+        sampling = timed_rate(trainer.collect, size, duration, 0.0, sync=sync)
+        after, wall = [process_table.scheduler_ns(pid) for pid in pids], time.perf_counter() - started
+        out["sample_sps"] = sampling["rate"]
+        # timed_rate's untimed first call is inside `wall` too: every step of every collect counts.
+        out.update(sampling_breakdown(before, after, wall, (int(sampling["calls"]) + 1) * config.worker_steps))
         out["update_sps"] = timed_rate(lambda: trainer.optimize(hp), size, duration, 0.0, sync=sync)["rate"]
         loop = timed_rate(whole_update, size, duration, 0.0, min_calls=2, sync=sync)
         out["loop_sps"] = loop["rate"]
         out["loop_updates_timed"] = loop["calls"]
         out.update(worker_memory(pool, config.backend))  # while the workers are still alive
     return out
+
+
+def sampling_breakdown(before: list[tuple[int, int] | None], after: list[tuple[int, int] | None], wall_s: float,
+                       steps: int) -> dict[str, float]:
+    """Where a step of all the games goes while sampling, in ms per step: its wall time; the trainer's
+    time on a core and waiting for one (the first entries); a worker's, averaged over the workers
+    (the rest). From the scheduler's accounts (`process_table.scheduler_ns`) taken within `wall_s`,
+    so the times on a core add up to at most cores × wall. Empty where an account is missing (not
+    Linux, or a Ray actor on another machine)."""
+    if any(b is None or a is None for b, a in zip(before, after, strict=True)) or len(before) < 2:
+        return {}
+    per_step = [((a[0] - b[0]) / steps / 1e6, (a[1] - b[1]) / steps / 1e6)  # type: ignore[index]
+                for b, a in zip(before, after, strict=True)]
+    workers = per_step[1:]
+    return {"sample_step_ms": wall_s / steps * 1e3,
+            "sample_trainer_on_core_ms": per_step[0][0], "sample_trainer_waiting_ms": per_step[0][1],
+            "sample_worker_on_core_ms": sum(w[0] for w in workers) / len(workers),
+            "sample_worker_waiting_ms": sum(w[1] for w in workers) / len(workers)}
 
 
 def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, frames: np.ndarray,

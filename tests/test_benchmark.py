@@ -17,6 +17,7 @@ import torch
 from configs.grouping import grouped_for_cores, usable_cores
 from configs.ppo import PPOConfig
 from experiments.benchmark import JSON_KEYS, RATE_KEYS, bound_sps
+from experiments.benchmark_measures import sampling_breakdown
 from experiments.run import process_table
 from ppo.devices import has_fast_bf16
 
@@ -126,7 +127,48 @@ def test_benchmark_prints_consistent_json_and_leaves_no_process(precision: str) 
     assert data["workers_peak_rss_mb"] >= data["workers_rss_mb"] > 0
     assert data["worker_processes"] == n_workers + 1  # and the forkserver
 
+    # Where sampling's time went, from the scheduler's accounts: read within the timed interval, so
+    # the trainer's and the workers' time on a core cannot exceed the cores the interval had.
+    breakdown = {k: data[k] for k in SAMPLING_KEYS}
+    assert all(isinstance(v, float) and v >= 0 for v in breakdown.values()), breakdown
+    on_cores = data["sample_trainer_on_core_ms"] + n_workers * data["sample_worker_on_core_ms"]
+    assert 0 < on_cores <= os.cpu_count() * data["sample_step_ms"], breakdown
+    assert f"sampling (ms per step of all {config['n_workers'] * config['envs_per_worker']} games)" in result.stdout
+
     _assert_nothing_left(marker, before)
+
+
+SAMPLING_KEYS = ("sample_step_ms", "sample_trainer_on_core_ms", "sample_trainer_waiting_ms",
+                 "sample_worker_on_core_ms", "sample_worker_waiting_ms")
+
+
+def test_sampling_breakdown_is_per_step_with_the_workers_averaged() -> None:
+    # 2 steps in 10 ms; the trainer 4 ms on a core and 1 ms waiting; the workers 2 and 4 ms on a
+    # core, 3 and 1 ms waiting: per step 5 ms, the trainer 2 and 0.5, a worker (1 + 2)/2 and (1.5 + 0.5)/2.
+    before = [(10_000_000, 0), (0, 5), (7, 7)]
+    after = [(14_000_000, 1_000_000), (2_000_000, 3_000_005), (4_000_007, 1_000_007)]
+    assert sampling_breakdown(before, after, wall_s=0.010, steps=2) == pytest.approx(
+        {"sample_step_ms": 5.0, "sample_trainer_on_core_ms": 2.0, "sample_trainer_waiting_ms": 0.5,
+         "sample_worker_on_core_ms": 1.5, "sample_worker_waiting_ms": 1.0})
+    # An account missing before or after (a process gone, no schedstat, an actor elsewhere): nothing.
+    assert sampling_breakdown([*before[:2], None], after, wall_s=0.010, steps=2) == {}
+    assert sampling_breakdown(before, [None, *after[1:]], wall_s=0.010, steps=2) == {}
+
+
+@pytest.mark.skipif(not Path("/proc/self/schedstat").exists(), reason="the kernel keeps no schedstat")
+def test_scheduler_accounts_hold_at_least_the_cpu_time_a_process_used() -> None:
+    # A child spins until it has used 0.3 s of CPU, says how much, then sleeps: its account of time
+    # on a core is at least what it used, and it has threads of its own summed (the main one here).
+    spin = ("import sys, time\nwhile time.process_time() < 0.3: pass\n"
+            "print(time.process_time(), flush=True)\nsys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        used_s = float(child.stdout.readline())  # type: ignore[union-attr]
+        account = process_table.scheduler_ns(child.pid)
+        assert account is not None and account[0] >= used_s * 1e9 * 0.999, (account, used_s)
+    finally:
+        child.communicate("")
+    assert process_table.scheduler_ns(child.pid) is None  # reaped: no account
 
 
 def test_bound_with_a_gpu_overlaps_env_and_inference() -> None:

@@ -64,6 +64,24 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def scheduler_ns(pid: int) -> tuple[int, int] | None:
+    """(time on a core, time runnable but waiting for one) of `pid` in ns, summed over its threads
+    (/proc/PID/task/*/schedstat, the scheduler's own accounts); None where the kernel keeps no
+    such account or the process is gone. A thread that ended before the call is not counted."""
+    on_core = waiting = read = 0
+    try:
+        threads = list((_PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return None
+    for thread in threads:
+        try:
+            fields = (thread / "schedstat").read_text().split()
+            on_core, waiting, read = on_core + int(fields[0]), waiting + int(fields[1]), read + 1
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile, or no schedstat
+            continue
+    return (on_core, waiting) if read and is_alive(pid) else None
+
+
 def age_s(pid: int) -> float:
     """Seconds since `pid` started (0 if it is gone)."""
     try:
