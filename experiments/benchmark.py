@@ -64,7 +64,7 @@ JSON_KEYS = (*RATE_KEYS, "loop_fraction_of_bound", "loop_fraction_of_fp32_bound"
              "pool_fraction_of_ale", "ale_vector_pid", "network_pid", "benchmark_pid",
              "device", "device_name", "machine", "torch_threads",
              "trainer_torch_threads", "workers_import_torch", "trainer_peak_rss_mb", "trainer_rss_mb",
-             "workers_peak_rss_mb", "workers_rss_mb", "date", "config", "backend")
+             "workers_peak_rss_mb", "workers_rss_mb", "update_page_faults", "date", "config", "backend")
 
 
 # ---- the bound ---------------------------------------------------------------------------------
@@ -187,6 +187,7 @@ def format_table(r: dict[str, Any]) -> str:
         f"{'actors' if r['backend'] == 'ray' else 'workers+forkserver'} peak {r['workers_peak_rss_mb']:.0f} (PSS {r['workers_pss_mb']:.0f})",
         f"workers import torch: {r['workers_import_torch']}",
     ]
+    lines.insert(-2, f"page faults       {r['update_page_faults']:,.0f} per update (fresh pages from the kernel while updating)")
     if "sample_step_ms" in r:  # the scheduler's accounts (Linux, workers on this machine)
         lines.insert(-2, f"sampling (ms per step of all {c['n_envs']} games)  {r['sample_step_ms']:.2f}: trainer on a core "
                          f"{r['sample_trainer_on_core_ms']:.2f} (waiting for one {r['sample_trainer_waiting_ms']:.2f}), "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from configs.ppo import PPOConfig, live_ranges
 from experiments.run import process_table
 from game.atari import gym_id
 from game.vector import EnvPool, game_specs, make_pool
+from ppo.memory import keep_freed_memory
 from ppo.model import ActorCritic
 from ppo.rollout import Batch
 from ppo.schedule import annealed
@@ -191,7 +193,12 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
         out["sample_sps"] = sampling["rate"]
         # timed_rate's untimed first call is inside `wall` too: every step of every collect counts.
         out.update(sampling_breakdown(before, after, wall, (int(sampling["calls"]) + 1) * config.worker_steps))
-        out["update_sps"] = timed_rate(lambda: trainer.optimize(hp), size, duration, 0.0, sync=sync)["rate"]
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        updating = timed_rate(lambda: trainer.optimize(hp), size, duration, 0.0, sync=sync)
+        out["update_sps"] = updating["rate"]
+        # Pages the kernel had to hand out (and zero) while updating, per update (its untimed first
+        # call counted too): near 0 when freed tensors are reused (ppo/memory.py).
+        out["update_page_faults"] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / (updating["calls"] + 1)
         loop = timed_rate(whole_update, size, duration, 0.0, min_calls=2, sync=sync)
         out["loop_sps"] = loop["rate"]
         out["loop_updates_timed"] = loop["calls"]
@@ -257,6 +264,7 @@ def measure_network(config: PPOConfig, n_actions: int, device: torch.device, dur
     `compiled`: the same two steps at the run's precision through `torch.compile` as well, for
     comparison only (the trainer runs eager); `compile_s` is the time of the first calls."""
     torch.set_num_threads(os.cpu_count() or 1)
+    keep_freed_memory()  # as the trainer does: the bound is the network at its best
     sync = _sync(device)
     warmup = warmup_seconds(duration)
     generator = torch.Generator().manual_seed(config.seed)

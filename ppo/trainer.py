@@ -22,6 +22,7 @@ from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
 from ppo.checkpoint import Checkpoint
 from ppo.devices import resolve_precision
 from ppo.losses import explained_variance, log_probs_of
+from ppo.memory import keep_freed_memory
 from ppo.model import ActorCritic, sample_actions
 from ppo.records import GameRecord, GameRecords
 from ppo.rollout import Batch, Rollout, acting_groups
@@ -55,6 +56,9 @@ class Trainer:
         self.config = config
         self.pool = pool
         self.device = device
+        # Every minibatch allocates the same large tensors: keep freed ones for reuse, or each step
+        # takes its memory from the kernel again as zeroed pages (ppo/memory.py).
+        keep_freed_memory()
         # Where the live hyperparameters come from: labml's dynamic values in a run, the config here.
         self.live_values = live_values or (lambda: {k: getattr(config, k) for k in live_ranges()})
         self.live = LiveValueGuard(config)  # the live values last applied; refused ones reported once

@@ -127,6 +127,10 @@ def test_benchmark_prints_consistent_json_and_leaves_no_process(precision: str) 
     assert data["workers_peak_rss_mb"] >= data["workers_rss_mb"] > 0
     assert data["worker_processes"] == n_workers + 1  # and the forkserver
 
+    # Fresh pages the kernel handed out while updating, per update: counted, and shown.
+    assert isinstance(data["update_page_faults"], float) and data["update_page_faults"] >= 0
+    assert f"page faults       {data['update_page_faults']:,.0f} per update" in result.stdout
+
     # Where sampling's time went, from the scheduler's accounts: read within the timed interval, so
     # the trainer's and the workers' time on a core cannot exceed the cores the interval had.
     breakdown = {k: data[k] for k in SAMPLING_KEYS}
