@@ -15,6 +15,7 @@ measurement) and `--warmup-updates`, and measures, in agent steps (samples) per 
 * `train_sps`       forward + backward + Adam at the minibatch size, likewise (`train_sps_fp32`);
 * `sample_*_ms`     where `sample_sps`'s time went, per step of all the games: the trainer's and a
                     worker's time on a core and waiting for one (the scheduler's accounts, Linux);
+* `update_page_faults`  fresh pages the kernel handed the trainer per update (`ppo/memory.py`);
 * `bound_sps`       the loop's limit from those rates (see `bound_sps()`), and the loop's fraction
                     of it; `fp32_bound_sps` the same limit from the fp32 rates, which a bf16 loop
                     may exceed (`loop_fraction_of_fp32_bound` > 1).

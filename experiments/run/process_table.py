@@ -67,7 +67,8 @@ def descendants(pid: int) -> list[int]:
 def scheduler_ns(pid: int) -> tuple[int, int] | None:
     """(time on a core, time runnable but waiting for one) of `pid` in ns, summed over its threads
     (/proc/PID/task/*/schedstat, the scheduler's own accounts); None where the kernel keeps no
-    such account or the process is gone. A thread that ended before the call is not counted."""
+    such account or the process is gone. A thread that ended before the call is not counted.
+    (Read here, not through psutil, which reports CPU times but not the time spent waiting.)"""
     on_core = waiting = read = 0
     try:
         threads = list((_PROC / str(pid) / "task").iterdir())
