@@ -184,15 +184,17 @@ def format_table(r: dict[str, Any]) -> str:
         "",
         f"loop / bound      {r['loop_fraction_of_bound']:.1%}   (loop / fp32 bound {r['loop_fraction_of_fp32_bound']:.1%})",
         f"pool / ale-py     {r['pool_fraction_of_ale']:.1%}   ({'actor call' if r['backend'] == 'ray' else 'pipe'} round trip {r['pool_roundtrip_us']:.0f} µs)",
+        f"page faults       {r['update_page_faults']:,.0f} per update (fresh pages from the kernel while updating)",
+    ]
+    if "sample_step_ms" in r:  # the scheduler's accounts (Linux, workers on this machine)
+        lines.append(f"sampling (ms per step of all {c['n_envs']} games)  {r['sample_step_ms']:.2f}: trainer on a core "
+                     f"{r['sample_trainer_on_core_ms']:.2f} (waiting for one {r['sample_trainer_waiting_ms']:.2f}), "
+                     f"each worker {r['sample_worker_on_core_ms']:.2f} (waiting {r['sample_worker_waiting_ms']:.2f})")
+    lines += [
         f"memory (MB)       trainer peak {r['trainer_peak_rss_mb']:.0f}, now {r['trainer_rss_mb']:.0f}; "
         f"{'actors' if r['backend'] == 'ray' else 'workers+forkserver'} peak {r['workers_peak_rss_mb']:.0f} (PSS {r['workers_pss_mb']:.0f})",
         f"workers import torch: {r['workers_import_torch']}",
     ]
-    lines.insert(-2, f"page faults       {r['update_page_faults']:,.0f} per update (fresh pages from the kernel while updating)")
-    if "sample_step_ms" in r:  # the scheduler's accounts (Linux, workers on this machine)
-        lines.insert(-2, f"sampling (ms per step of all {c['n_envs']} games)  {r['sample_step_ms']:.2f}: trainer on a core "
-                         f"{r['sample_trainer_on_core_ms']:.2f} (waiting for one {r['sample_trainer_waiting_ms']:.2f}), "
-                         f"each worker {r['sample_worker_on_core_ms']:.2f} (waiting {r['sample_worker_waiting_ms']:.2f})")
     return "\n".join(lines)
 
 
