@@ -34,7 +34,8 @@ USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP
 def keep_freed_memory() -> bool:
     """Have glibc keep freed blocks up to 32 MiB in this process's heap for reuse, rather than give
     them back to the kernel; True if it took effect. Nothing is changed where the C library is not
-    glibc, or where the user set glibc's own `MALLOC_*` variables (theirs is the choice then).
+    glibc, or where the user set one of glibc's variables for this (`USER_SETTINGS`: theirs is the
+    choice then).
     Safe to call more than once."""
     if not sys.platform.startswith("linux") or any(name in os.environ for name in USER_SETTINGS):
         return False
