@@ -41,7 +41,7 @@ setup(
         # mkdocs builds the documentation site (mkdocs.yml; CI runs `mkdocs build --strict`).
         "dev": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10", "mkdocs>=1.6"],
         # Env workers as Ray actors and sweeps on a cluster (--backend ray, experiments.sweep).
-        "ray": ["ray>=2.9"],
+        "ray": ["ray>=2.60"],
         # The peer in learning curves: SB3's PPO with the rl-zoo Atari settings (experiments.curves --peer sb3).
         "compare": ["stable-baselines3>=2.3"],
     },

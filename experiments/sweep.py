@@ -39,6 +39,7 @@ from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
+from game.vector.private_ray import join_ray_cluster, ray_refusal, start_private_ray, stop_ray
 
 PROG = "python -m experiments.sweep"
 REPO = Path(__file__).resolve().parents[1]
@@ -74,27 +75,26 @@ def sigterm_as_ctrl_c(signum: int, frame: object) -> None:
 
 
 def connect(address: str | None, cpus_per_trial: float) -> bool:
-    """ray.init: a cluster at `address`, or a private local instance with room for ≥ 1 trial.
-    Returns whether a trial fits on some node (False: no node has cpus_per_trial CPUs).
+    """ray.init: a cluster at `address`, or a private local instance (loopback only, a token of its
+    own: game/vector/private_ray.py) with room for ≥ 1 trial. Returns whether a trial fits on some
+    node (False: no node has cpus_per_trial CPUs).
 
     ray.init puts its own SIGTERM handler in the driver, one that aborts it (exit -6): the work
     would not be stopped nor a private Ray shut down. The driver's own handler is put back."""
-    import ray
-
     own_sigterm = signal.getsignal(signal.SIGTERM)
-    common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+    common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     # Trials (or members) share a node's cores: their idle torch threads sleep rather than spin
     # (configs/machine.py). A private Ray's workers inherit this process's environment.
     shared = shared_cores_environment()
     try:
         if address is None:
             os.environ.update(shared)
-            ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_per_trial)), **common)
+            start_private_ray(max(os.cpu_count() or 1, math.ceil(cpus_per_trial)), **common)
             return True
         # The cluster's nodes need the same Python environment; this checkout's code travels with the
         # job (working_dir), so every trial runs the driver's version of it.
         excludes = [".git", ".venv", "runs", "docs", "tests", "**/__pycache__", "*.egg-info"]
-        ray.init(address=address, runtime_env={"working_dir": str(REPO), "excludes": excludes, "env_vars": shared}, **common)
+        ray = join_ray_cluster(address, runtime_env={"working_dir": str(REPO), "excludes": excludes, "env_vars": shared}, **common)
         return any(n["Alive"] and n["Resources"].get("CPU", 0) >= cpus_per_trial for n in ray.nodes())
     finally:
         if own_sigterm is not None:  # None: a handler not set from Python, nothing to put back
@@ -207,10 +207,8 @@ def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], P
         raise SweepError(f"--max-concurrent {args.max_concurrent}: expected an integer ≥ 1")
     if args.max_retries < 0:
         raise SweepError(f"--max-retries {args.max_retries}: expected an integer ≥ 0")
-    from game.vector.ray_actors import ray_installed
-
-    if not ray_installed():
-        raise SweepError('sweeps run on Ray, which is not installed: pip install -e ".[ray]"')
+    if (refusal := ray_refusal("sweeps")) is not None:
+        raise SweepError(refusal)
     return space, fixed, base, trials, cpus, address
 
 
@@ -241,9 +239,6 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except (ConfigError, SweepError) as e:
         fail(str(e))
     space, fixed, base, trials, cpus, address = plan
-
-    import ray
-
     csv_path = Path(args.csv) if args.csv else Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv"
 
     def log(line: str) -> None:
@@ -262,7 +257,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         print("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)", file=sys.stderr)
         return 130
     finally:
-        ray.shutdown()  # a private instance stops; a cluster is only disconnected from
+        stop_ray()  # a private instance stops; a cluster is only disconnected from
     print()
     print(table(rows, names))
     write_csv(csv_path, rows, names)

@@ -26,6 +26,7 @@ from configs.ppo import PPOConfig
 from experiments.breakout import main as train_main
 from experiments.run import process_table
 from game.vector import PipePool, game_specs
+from game.vector.private_ray import ray_installed, start_private_ray, stop_ray
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 
@@ -192,13 +193,15 @@ def cli() -> Iterator[Cli]:
 
 @pytest.fixture(scope="module")
 def ray_instance() -> Iterator[object]:
-    """One local Ray (2 CPUs) shared by a module's in-process tests: Ray takes seconds to start."""
-    ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    """One local Ray (2 CPUs) shared by a module's in-process tests: Ray takes seconds to start.
+    Private as every Ray the commands start: loopback only, a token of its own."""
+    if not ray_installed():
+        pytest.skip('Ray is not installed (pip install -e ".[ray]")')
+    ray = start_private_ray(2, log_to_driver=False, logging_level="ERROR")
     try:
         yield ray
     finally:
-        ray.shutdown()
+        stop_ray()
 
 
 # What the fast selection (`-m "not slow and not ray and not browser"`) leaves out, by what a test

@@ -31,6 +31,7 @@ from experiments.run.folders import checkpoint_path
 from experiments.run.preflight import check_can_start
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
+from game.vector.private_ray import ray_refusal, stop_ray
 
 PROG = "python -m experiments.pbt"
 MAX_POPULATION = 1024  # members are listed, started and ranked one by one: a typo of 10**9 must not start
@@ -142,8 +143,6 @@ def run(population: Population, address: str | None) -> int:
     append_rows(lineage, [])  # the header, so the path printed always names a table
     targets = population.targets()
     private = PrivateDashboard(folder / "dashboard", Path(population.fixed["data_dir"])) if population.private_dashboard else None
-    import ray
-
     with private or nullcontext():
         if private is not None:
             population.fixed["dashboard"] = private.url
@@ -186,7 +185,7 @@ def run(population: Population, address: str | None) -> int:
             say(f"pbt: error: {e}")
             code = 1
         finally:
-            ray.shutdown()  # a private instance stops; a cluster is only disconnected from
+            stop_ray()  # a private instance stops; a cluster is only disconnected from
     print(lineage, flush=True)
     return code
 
@@ -206,6 +205,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                        help="run a member's segment again, from its checkpoint, when its process dies (default: 1)")
     group.add_argument("--resume", metavar="FOLDER", help="go on with a stopped population (its folder)")
     args = parser.parse_args(argv)
+    if (refusal := ray_refusal("populations")) is not None:
+        fail(refusal)
     try:
         population, address = plan(args)
     except (ConfigError, PbtError) as e:

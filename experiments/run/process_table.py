@@ -1,9 +1,10 @@
 """Reading the process table (Linux /proc), for the chaos script, the benchmark and the tests:
 finding a run's processes by an environment marker they all inherit — even orphans, once they
-were re-parented to init — and walking parent/child links."""
+were re-parented to init — walking parent/child links, and the TCP ports a process listens on."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -91,3 +92,37 @@ def age_s(pid: int) -> float:
     except (OSError, IndexError, ValueError):
         return 0.0
     return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def listening_sockets(pid: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket `pid` listens on, IPv4 and IPv6, as the kernel holds them
+    (/proc/net/tcp{,6}, in this process's network namespace: entries matched by inode to the sockets
+    among /proc/PID/fd). An IPv4 address on an IPv6 socket is IPv4-mapped (::ffff:…)."""
+    inodes = set()
+    try:
+        for fd in (_PROC / str(pid) / "fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:  # closed meanwhile
+                continue
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    except OSError:  # gone, or not ours to read
+        return []
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in (_PROC / "net" / table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or int(fields[9]) not in inodes:  # 0A: TCP_LISTEN
+                continue
+            address, port = fields[1].split(":")
+            raw = bytes.fromhex(address)  # the kernel's words, each in host (little-endian) order
+            found.append((str(ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))), int(port, 16)))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8, ::1, or an IPv4 loopback address on an IPv6 socket (::ffff:127.0.0.1)."""
+    ip = ipaddress.ip_address(address)
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)

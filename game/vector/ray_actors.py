@@ -11,14 +11,14 @@ observation.
 Failures become the pool's errors naming the worker and the actor: an exception in an actor →
 `WorkerError` with its traceback; an actor (or its node) gone → `WorkerDied`; no answer within
 `timeout_s` → `WorkerTimeout`. `close()` kills every actor and, if this pool started Ray itself,
-`ray.shutdown()` stops the local Ray processes (gcs, raylet, agents, workers).
+stops the local Ray processes (gcs, raylet, agents, workers). A Ray this pool starts is private:
+`game/vector/private_ray.py` starts it on loopback with a token of its own.
 
 Ray is optional: imported only when a pool is built, so `import game` works without it.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
 import os
@@ -30,26 +30,13 @@ from typing import Any
 from game.atari import GameSpec
 from game.vector.group import GameGroup, GroupArrays
 from game.vector.pool import EnvPool, RestartPolicy
+from game.vector.private_ray import INSTALL_HINT, import_ray, join_ray_cluster, ray_connected, ray_installed, start_private_ray, stop_ray
 from game.vector.protocol import Command, PoolError, RemoteError, WorkerDied, WorkerError, WorkerTimeout
 
 __all__ = ["INSTALL_HINT", "EnvActor", "RayPool", "import_ray", "ray_installed"]
 
-INSTALL_HINT = 'pip install -e ".[ray]"'
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MOVES_GAMES = (Command.STEP, Command.RESET, Command.SET_STATE, Command.INFO)  # replies carry the arrays
-
-
-def ray_installed() -> bool:
-    return importlib.util.find_spec("ray") is not None
-
-
-def import_ray() -> Any:
-    """The `ray` module, or an ImportError that says how to install it."""
-    try:
-        import ray
-    except ImportError as e:
-        raise ImportError(f"the ray backend needs Ray, an optional extra: {INSTALL_HINT}") from e
-    return ray
 
 
 class EnvActor:
@@ -89,13 +76,13 @@ class RayPool(EnvPool):
                  address: str | None = None, cpus_per_worker: float = 1.0) -> None:
         if not cpus_per_worker > 0:
             raise ValueError(f"cpus_per_worker must be > 0, got {cpus_per_worker}")
-        self._ray = import_ray()
         self.cpus_per_worker = cpus_per_worker
         self._owns_ray = False
         self._actors: dict[int, Any] = {}
         self._pending: dict[int, Any] = {}  # worker -> ObjectRef of its call in flight
-        if not self._ray.is_initialized():
+        if not ray_connected():
             self._connect(address, len(specs) // envs_per_worker)
+        self._ray = import_ray()
         self._remote = self._ray.remote(EnvActor)
         try:
             super().__init__(specs, envs_per_worker, timeout_s, start_timeout_s, restarts)
@@ -104,16 +91,17 @@ class RayPool(EnvPool):
             raise
 
     def _connect(self, address: str | None, n_workers: int) -> None:
-        common = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
+        common = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
         if address is None:
-            # A private instance on this machine: enough logical CPUs for every actor.
-            self._ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(n_workers * self.cpus_per_worker)), **common)
+            # A private instance on this machine (loopback only, its own token): enough logical
+            # CPUs for every actor.
+            start_private_ray(max(os.cpu_count() or 1, math.ceil(n_workers * self.cpus_per_worker)), **common)
         else:
             # Nodes of a cluster need the same Python environment (ale-py, gymnasium, opencv) but
             # not this checkout: the `game` package travels with the job, so the actors run the
             # driver's code whatever version a node has installed.
             package = str(Path(__file__).resolve().parents[1])
-            self._ray.init(address=address, runtime_env={"py_modules": [package]}, **common)
+            join_ray_cluster(address, runtime_env={"py_modules": [package]}, **common)
         self._owns_ray = True
 
     def worker_pids(self) -> list[int]:
@@ -179,7 +167,7 @@ class RayPool(EnvPool):
             self._owns_ray = False
             # Stops what ray.init started here (gcs, raylet, agents, worker processes) and waits
             # for them; on a cluster it only disconnects, the cluster's nodes stay up.
-            self._ray.shutdown()
+            stop_ray()
 
     def _start_failed(self, failure: PoolError) -> PoolError:
         """A start timeout often means the cluster has too few CPUs for the actors: say so."""

@@ -1,0 +1,172 @@
+"""Starting Ray for this user alone, and joining a cluster: the one place that calls `ray.init`.
+
+A private Ray (`--backend ray` without an address, a local sweep or population, the tests'
+instance) is reachable from this user's processes only:
+
+* Every port on loopback. Ray gives its node the machine's network address, and its servers (GCS,
+  raylet, every worker, the object manager, the runtime-env and dashboard agents, the metrics
+  export) then listen on every interface. With the node's address 127.0.0.1 they listen on
+  loopback. `ray.init` turns a loopback `_node_ip_address` back into the network address unless
+  Ray was imported with `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (Ray's switch for a single-machine
+  Ray), so that variable is set before the first `import ray`, and the address Ray will use is
+  checked before anything starts.
+* Token authentication on, with a token made for this instance: 256 random bits in a file created
+  with mode 0600 (O_EXCL, never through a link) in a fresh 0700 folder, named to Ray by
+  `RAY_AUTH_TOKEN_PATH`. The file exists with its final mode before Ray reads it, so no moment
+  exists when another account could read it (Ray's own `~/.ray/auth_token` is written with the
+  umask's mode, 0644 with the usual umask); and a token that leaked from such a file before does
+  not open this instance. The folder is removed when the instance stops.
+* Ray 2.60 or newer: the version whose sources were checked for both points above, and the first
+  to turn token authentication on for every new local instance.
+
+Joining a cluster (`join_ray_cluster`) uses the cluster's own token (`RAY_AUTH_TOKEN`,
+`RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`); a token file of this user's that other accounts can
+read is made 0600 first. What a cluster needs beyond that is in docs/ray.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.metadata
+import importlib.util
+import ipaddress
+import os
+import re
+import secrets
+import shutil
+import stat
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["INSTALL_HINT", "MIN_RAY", "import_ray", "join_ray_cluster", "ray_connected", "ray_installed",
+           "ray_refusal", "ray_version_problem", "start_private_ray", "stop_ray"]
+
+INSTALL_HINT = 'pip install -e ".[ray]"'
+MIN_RAY = (2, 60)
+LOOPBACK = "127.0.0.1"
+LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # read once, when `ray` is first imported
+# What a private instance replaces while it runs: a token or a mode set for a cluster must not
+# decide the private instance's token, nor turn its authentication off.
+_REPLACED = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")
+
+_private: dict[str, Any] = {}  # the running private instance: its token folder, the variables it replaced
+
+
+def ray_installed() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def import_ray() -> Any:
+    """The `ray` module, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(f"the ray backend needs Ray, an optional extra: {INSTALL_HINT}") from e
+    return ray
+
+
+def ray_version_problem() -> str | None:
+    """What is wrong with the installed Ray's version, as the end of an `expected …` line; None
+    when it is recent enough (or when Ray is not installed: that is said elsewhere). Read from the
+    package's metadata, so nothing is imported or started."""
+    try:
+        version = importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:2])
+    if numbers >= MIN_RAY:
+        return None
+    need = ".".join(map(str, MIN_RAY))
+    return (f"Ray {need} or newer, whose private instance listens on loopback only and refuses clients "
+            f"without its token (this is Ray {version}): {INSTALL_HINT}")
+
+
+def ray_refusal(what: str) -> str | None:
+    """The one line refusing `what` ("sweeps", …) where Ray is missing or too old; None if it can run."""
+    if not ray_installed():
+        return f"{what} run on Ray, which is not installed: {INSTALL_HINT}"
+    if (problem := ray_version_problem()) is not None:
+        return f"{what} run on Ray: expected {problem}"
+    return None
+
+
+def ray_connected() -> bool:
+    """Whether this process is connected to a Ray already (a sweep trial, a test's instance)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def start_private_ray(num_cpus: int, **options: Any) -> Any:
+    """A new Ray on this machine for this user alone (see the module's docstring), with `num_cpus`
+    logical CPUs; `options` go to `ray.init`. Returns the `ray` module. `stop_ray` stops it."""
+    if (problem := ray_version_problem()) is not None:
+        raise RuntimeError(f"expected {problem}")
+    os.environ[LOCAL_ONLY_VARIABLE] = "0"
+    ray = import_ray()
+    address = ray.util.get_node_ip_address()  # the address ray.init below will give the node
+    if not ipaddress.ip_address(address).is_loopback:
+        raise RuntimeError(f"Ray would listen on {address}: it was imported before {LOCAL_ONLY_VARIABLE}=0 was set, "
+                           "so no private Ray was started")
+    folder = Path(tempfile.mkdtemp(prefix="ray-token-"))  # mode 0700
+    _private.update(folder=folder, replaced={name: os.environ.pop(name, None) for name in _REPLACED})
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # also when the process ends without stop_ray
+    try:
+        token = folder / "auth_token"
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)  # Ray's processes inherit it
+        # RAY_AUTH_MODE is unset (above): Ray turns token authentication on for a new local
+        # instance itself, and sets RAY_AUTH_MODE=token for the processes it starts.
+        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False, num_cpus=num_cpus, **options)
+        if os.environ.get("RAY_AUTH_MODE") != "token":
+            raise RuntimeError("Ray started without token authentication")
+    except BaseException:
+        stop_ray()
+        raise
+    return ray
+
+
+def join_ray_cluster(address: str, **options: Any) -> Any:
+    """`ray.init(address=address, **options)`, this user's token file made unreadable to others
+    first. Returns the `ray` module."""
+    _tighten_token_file()
+    ray = import_ray()
+    ray.init(address=address, **options)
+    return ray
+
+
+def stop_ray() -> None:
+    """Disconnects from Ray: a private instance stops (its processes, then its token folder), a
+    cluster is only left. Nothing happens when this process never connected."""
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        ray.shutdown()
+    if (folder := _private.pop("folder", None)) is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        for name, value in _private.pop("replaced").items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _tighten_token_file() -> None:
+    """The token file Ray will read for a cluster, made 0600 if it is this user's and others can
+    read it (`ray start` writes ~/.ray/auth_token with the umask's mode). A file of another
+    account's is left as it is: not ours to change."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return  # the token is in the environment, no file is read
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return  # none there (Ray says so itself if the cluster needs one), or a link: not followed
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
