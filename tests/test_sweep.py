@@ -16,6 +16,7 @@ from experiments.sweep import main, sorted_rows
 from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
 from game.vector.ray_actors import ray_installed
 from tests.conftest import MARK
+from tests.ray_checks import attack, check_private, check_refused, snapshot
 
 requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
 
@@ -45,8 +46,13 @@ def test_two_trial_sweep_runs_full_runs_and_ranks_them(cli, tmp_path: Path) -> N
 
 
 @requires_ray
-def test_a_sigterm_to_the_sweep_stops_its_trials_and_leaves_nothing(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """ray.init puts its own SIGTERM handler in the driver, one that aborts it: the trials would lose
+def test_a_sweeps_ray_is_private_and_a_sigterm_stops_its_trials_and_leaves_nothing(cli, tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a trial trains, every socket of the sweep's processes (Ray's daemons and workers, the
+    trial's) listens on loopback only, its token file is this user's alone, and a client without
+    the token runs nothing: the trial goes on with its own code.
+
+    ray.init puts its own SIGTERM handler in the driver, one that aborts it: the trials would lose
     their stop and a private Ray its shutdown. A SIGTERM is taken as Ctrl-C is. And trials share the
     cores, so the sweep has their idle torch threads sleep (OMP_WAIT_POLICY=PASSIVE), here from a
     shell that did not set it."""
@@ -62,11 +68,21 @@ def test_a_sigterm_to_the_sweep_stops_its_trials_and_leaves_nothing(cli, tmp_pat
     trials = {pid for pid in process_table.marked(MARK, cli.marker) if b"ray::run_trial" in _cmdline(pid)}
     assert trials, "no Ray worker is running a trial"
     assert trials <= set(process_table.marked("OMP_WAIT_POLICY", "PASSIVE"))
+    ray = snapshot(cli.marker)
+    check_private(ray)
+    check_refused(*attack(ray.gcs_address, cli.marker, tmp_path / "attacker"))
+    updates = next((tmp_path / "runs").rglob("updates.csv"))
+    done = len(updates.read_text().splitlines())
+    while len(updates.read_text().splitlines()) <= done:  # the event: an update after the attack
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no update after the attack within 600 s"
+        time.sleep(0.1)
     process.send_signal(signal.SIGTERM)  # the driver alone, as a job scheduler sends it
     _out, err = process.communicate(timeout=600)
     assert process.returncode == 130, err[-3000:]
     assert "sweep interrupted: running trials were stopped (their last checkpoints are kept)" in err
     assert cli.leftovers() == []  # Ray's processes and the trial's workers are gone
+    assert not ray.token_path.parent.exists()
 
 
 def _cmdline(pid: int) -> bytes:
