@@ -77,9 +77,10 @@ def wait_until_no_processes(marker: str, timeout_s: float = 60.0) -> list[int]:
 
 
 # `experiments.breakout` with a hold after the first checkpoint (update 1), so that a test can signal
-# a run that is sure to be mid-training, whatever the machine's load: it touches HOLD_FILE, then
-# waits until the run has seen a stop request (touching HOLD_FILE.stop), and with HOLD_UNTIL=forever
-# goes on waiting after it, for a second signal to interrupt.
+# or inspect a run that is sure to be mid-training, whatever the machine's load: it touches
+# HOLD_FILE, then waits until the run has seen a stop request (touching HOLD_FILE.stop), and with
+# HOLD_UNTIL=forever goes on waiting after it, for a second signal to interrupt; with
+# HOLD_UNTIL=release it waits for HOLD_FILE.go instead, then trains on to its end.
 HELD_RUN = """
 import os, sys, time
 from pathlib import Path
@@ -89,6 +90,10 @@ def state_dict_then_hold(self, live_values):
     state = original(self, live_values)
     if self.update == 1 and not hold.exists():
         hold.touch()
+        while os.environ["HOLD_UNTIL"] == "release" and not hold.with_suffix(".go").exists():
+            time.sleep(0.01)
+        if os.environ["HOLD_UNTIL"] == "release":
+            return state
         while not self.should_stop():
             time.sleep(0.01)
         hold.with_suffix(".stop").touch()

@@ -21,6 +21,8 @@ class RaySnapshot:
     sockets: dict[int, tuple[str, list[tuple[str, int]]]]  # pid -> (program, [(address, port)])
     gcs_address: str  # 127.0.0.1:PORT, where the GCS listens
     token_path: Path  # the token file Ray's processes were told to read
+    token_stat: os.stat_result  # its lstat at that moment, and its folder's
+    token_folder_stat: os.stat_result
 
     def beyond_loopback(self) -> list[str]:
         return [f"{program} (pid {pid}) on {address}:{port}" for pid, (program, sockets) in self.sockets.items()
@@ -42,7 +44,8 @@ def snapshot(marker: str) -> RaySnapshot:
             gcs = (pid, sockets[pid][1][0][1])
     assert gcs is not None, f"no listening GCS among {sorted(p for p, _ in sockets.values())}"
     environ = dict(v.split(b"=", 1) for v in Path(f"/proc/{gcs[0]}/environ").read_bytes().split(b"\0") if b"=" in v)
-    return RaySnapshot(sockets, f"127.0.0.1:{gcs[1]}", Path(environ[b"RAY_AUTH_TOKEN_PATH"].decode()))
+    token = Path(environ[b"RAY_AUTH_TOKEN_PATH"].decode())
+    return RaySnapshot(sockets, f"127.0.0.1:{gcs[1]}", token, token.lstat(), token.parent.lstat())
 
 
 def _program(pid: int) -> str:
@@ -81,12 +84,14 @@ except Exception as e:
 """
 
 
-def attack(gcs_address: str, marker: str, home: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """ATTACKER against `gcs_address`, as another process of this user's with no token: no RAY_*
-    variable, an empty home (no ~/.ray/auth_token). Returns its result and the file a task of its
-    would have made."""
+def attack(gcs_address: str, marker: str, home: Path, token: str | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """ATTACKER against `gcs_address`, as another process of this user's without the instance's
+    token: no RAY_* variable, an empty home (no ~/.ray/auth_token); or with `token`, a token it
+    knows from elsewhere. Returns its result and the file a task of its would have made."""
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    if token is not None:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     # Ray's client otherwise turns 127.0.0.1 into the machine's network address, where nothing of
     # the private Ray listens; and it gives up after 2 refusals instead of 20 s of them.
     env.update({"HOME": str(home), MARK: marker, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_NUM_REDIS_GET_RETRIES": "2"})
@@ -101,7 +106,7 @@ def check_private(ray: RaySnapshot) -> None:
     Ray's were seen), and its token readable by this user alone."""
     assert ray.beyond_loopback() == []
     assert {"gcs_server", "raylet"} <= ray.listening_programs(), ray.sockets
-    token, folder = ray.token_path.lstat(), ray.token_path.parent.lstat()
+    token, folder = ray.token_stat, ray.token_folder_stat
     assert stat.S_ISREG(token.st_mode) and stat.S_IMODE(token.st_mode) == 0o600 and token.st_uid == os.getuid()
     assert stat.S_ISDIR(folder.st_mode) and stat.S_IMODE(folder.st_mode) == 0o700 and folder.st_uid == os.getuid()
 

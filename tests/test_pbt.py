@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -39,6 +40,7 @@ from experiments.run.updates_csv import read_updates
 from game.vector.ray_actors import ray_installed
 from ppo.checkpoint import read_checkpoint
 from tests.conftest import REPO, Cli
+from tests.ray_checks import check_private, snapshot
 
 TINY = ["--worker-steps", "16", "--n-workers", "1", "--envs-per-worker", "2", "--backend", "serial",
         "--total-env-steps", "192", "--epochs", "1", "--minibatches", "2"]  # 6 updates of 32 agent steps
@@ -116,6 +118,7 @@ def run_population(first: subprocess.Popen[str], data: Path, cli: Cli, whole_run
     # Both members are training (each has finished an update) when the Ctrl-C comes.
     wait_for(lambda: all((d / "updates.csv").exists() and len(rows_of(d / "updates.csv")) >= 1 for d in run_dirs),
              first, "a first update of each member")
+    ray = snapshot(cli.marker)  # the driver, its Ray, the members, the private dashboard, all running
     os.killpg(first.pid, signal.SIGINT)
     whole_run.start()
     out, err = first.communicate(timeout=600)
@@ -123,7 +126,8 @@ def run_population(first: subprocess.Popen[str], data: Path, cli: Cli, whole_run
                    "checkpoints": [(d / "checkpoints" / "checkpoint.pt").exists() for d in run_dirs]}
     resumed = cli.run("experiments.pbt", "--resume", str(state_file.parent), timeout=600)
     return {"interrupted": interrupted, "resumed": resumed, "leftovers": cli.leftovers(), "folder": state_file.parent,
-            "run_dirs": run_dirs, "members": state["members"]}
+            "run_dirs": run_dirs, "members": state["members"], "ray": ray,
+            "dashboard": state["fixed"]["dashboard"]}
 
 
 
@@ -153,6 +157,18 @@ def test_the_resumed_population_ends_every_member_at_its_last_update(population:
     assert json.loads((population["folder"] / "population.json").read_text())["generation"] == 2
     assert (population["folder"] / "lineage.png").read_bytes()[:4] == b"\x89PNG"
     assert population["leftovers"] == []
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_running_populations_processes_listen_on_loopback_only_with_a_private_token(population: dict[str, Any]) -> None:
+    """Read from the process table while both members trained: Ray's daemons and workers, the
+    members and the population's own dashboard; the token file gone once the population stopped."""
+    ray = population["ray"]
+    check_private(ray)
+    port = urlsplit(population["dashboard"]).port
+    assert any(port == p for _, sockets in ray.sockets.values() for _, p in sockets)  # the dashboard was seen too
+    assert not ray.token_path.parent.exists()
 
 
 @pytest.mark.ray

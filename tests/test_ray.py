@@ -28,6 +28,7 @@ from game.vector.ray_actors import ray_installed
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 from tests.conftest import REPO, ROLLOUT_FIELDS, train_from_seed
+from tests.ray_checks import attack, check_private, check_refused, snapshot
 from tests.test_experiment import summary_of
 
 pytestmark = pytest.mark.ray
@@ -158,15 +159,33 @@ def test_dead_actor_surfaces_as_worker_died_naming_it(ray_instance) -> None:
 
 
 @requires_ray
-def test_cli_smoke_on_ray_leaves_no_process_behind(cli, tmp_path: Path) -> None:
-    # The CLI starts its own Ray (gcs, raylet, agents, actors): all of them carry the marker.
-    result = cli.run("experiments.breakout", "--backend", "ray", "--updates", "2", "--n-workers", "2",
-                     "--worker-steps", "16", "--data-dir", str(tmp_path), timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = summary_of(result.stdout)
+def test_cli_on_a_private_ray_listens_on_loopback_only_and_leaves_no_process_behind(cli, tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI starts its own Ray (gcs, raylet, agents, actors): all of them carry the marker. Held
+    after update 1, the run's processes are read from the process table and a client tries Ray's
+    own client code on it, then it trains on. The shell turned authentication off and holds another
+    cluster's token, as one set up for that cluster might: the private Ray ignores both."""
+    shell_token = "0" * 64
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", shell_token)
+    hold = tmp_path / "held"
+    process = cli.start_held(hold, "--backend", "ray", "--updates", "2", "--n-workers", "2", "--worker-steps", "16",
+                             "--data-dir", str(tmp_path / "runs"), until="release")
+    try:
+        ray = snapshot(cli.marker)
+        refused = attack(ray.gcs_address, cli.marker, tmp_path / "attacker", token=shell_token)
+    finally:
+        hold.with_suffix(".go").touch()
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-3000:]
+    check_private(ray)
+    assert any(program.startswith("ray::EnvActor") for program in ray.listening_programs())  # the actors were seen
+    check_refused(*refused)
+    summary = summary_of(out)
     assert summary["status"] == "completed" and summary["updates"] == 2 and summary["env_steps"] == 2 * 2 * 16
     assert summary["worker_restarts"] == 0
     assert cli.leftovers() == []
+    assert not ray.token_path.parent.exists()
 
 
 @pytest.mark.parametrize(("args", "expected"), [
