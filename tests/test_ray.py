@@ -215,6 +215,29 @@ def test_backend_ray_without_ray_says_how_to_install_it(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+OLDER = ('Ray 2.60 or newer, whose private instance listens on loopback only and refuses clients without its token '
+         '(this is Ray 2.58.0): pip install -e ".[ray]"')
+
+
+@requires_ray
+@pytest.mark.parametrize(("module", "args", "expected"), [
+    ("experiments.breakout", ["--backend", "ray"], f"error: --backend ray: expected {OLDER}"),
+    ("experiments.sweep", ["--grid", "learning_rate=1e-4,3e-4"], f"error: sweeps run on Ray: expected {OLDER}"),
+    ("experiments.pbt", ["--population", "2", "--interval", "1"], f"error: populations run on Ray: expected {OLDER}"),
+])
+def test_a_ray_older_than_2_60_is_refused_in_one_line_before_anything_starts(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                             module: str, args: list[str], expected: str) -> None:
+    """Ray 2.58 let a client without a token replace a sweep's trial function: the commands refuse
+    it. The installed Ray's metadata, crafted: a ray-2.58.0.dist-info first on the path."""
+    crafted = tmp_path / "older"
+    (crafted / "ray-2.58.0.dist-info").mkdir(parents=True)
+    (crafted / "ray-2.58.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ray\nVersion: 2.58.0\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(crafted), os.environ.get("PYTHONPATH", "")]))
+    result = cli.run(module, *args, "--data-dir", str(tmp_path / "runs"))
+    assert (result.returncode, result.stdout, result.stderr.strip()) == (2, "", expected)
+    assert not (tmp_path / "runs").exists() and cli.leftovers() == []
+
+
 @requires_ray
 def test_make_pool_picks_the_backend_the_config_names(ray_instance) -> None:
     from game.vector.ray_actors import RayPool
