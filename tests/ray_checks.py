@@ -23,6 +23,7 @@ class RaySnapshot:
     token_path: Path  # the token file Ray's processes were told to read
     token_stat: os.stat_result  # its lstat at that moment, and its folder's
     token_folder_stat: os.stat_result
+    raylet_socket: Path  # where the raylet's Unix socket is (Ray's temp folder)
 
     def beyond_loopback(self) -> list[str]:
         return [f"{program} (pid {pid}) on {address}:{port}" for pid, (program, sockets) in self.sockets.items()
@@ -37,24 +38,32 @@ def snapshot(marker: str) -> RaySnapshot:
     included), at this moment. Ray's GCS must be among them."""
     sockets: dict[int, tuple[str, list[tuple[str, int]]]] = {}
     gcs: tuple[int, int] | None = None
+    raylet_socket = Path("?")
     for pid in process_table.marked(MARK, marker):
         program = _program(pid)
         sockets[pid] = (program, process_table.listening_sockets(pid))
         if program == "gcs_server" and sockets[pid][1]:
             gcs = (pid, sockets[pid][1][0][1])
+        if program == "raylet":
+            flag = b"--raylet_socket_name="
+            raylet_socket = Path(next(a[len(flag):] for a in _argv(pid) if a.startswith(flag)).decode())
     assert gcs is not None, f"no listening GCS among {sorted(p for p, _ in sockets.values())}"
     environ = dict(v.split(b"=", 1) for v in Path(f"/proc/{gcs[0]}/environ").read_bytes().split(b"\0") if b"=" in v)
     token = Path(environ[b"RAY_AUTH_TOKEN_PATH"].decode())
-    return RaySnapshot(sockets, f"127.0.0.1:{gcs[1]}", token, token.lstat(), token.parent.lstat())
+    return RaySnapshot(sockets, f"127.0.0.1:{gcs[1]}", token, token.lstat(), token.parent.lstat(), raylet_socket)
+
+
+def _argv(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:  # it ended meanwhile
+        return [b""]
 
 
 def _program(pid: int) -> str:
     """Ray names its processes by their title (ray::IDLE, ray::run_trial, ray::RuntimeEnvAgent), its
     daemons by their file (gcs_server, raylet)."""
-    try:
-        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").strip()
-    except OSError:
-        return "?"
+    argv0 = _argv(pid)[0].decode(errors="replace").strip()
     return argv0 if argv0.startswith("ray::") else Path(argv0.split()[0] if argv0 else "?").name
 
 
@@ -103,12 +112,14 @@ def attack(gcs_address: str, marker: str, home: Path, token: str | None = None) 
 
 def check_private(ray: RaySnapshot) -> None:
     """Every socket of the session's processes on loopback (the GCS and raylet among them, so that
-    Ray's were seen), and its token readable by this user alone."""
+    Ray's were seen), its token readable by this user alone, and Ray's own files (made writable by
+    every account) in the token's 0700 folder, where no other account reaches them."""
     assert ray.beyond_loopback() == []
     assert {"gcs_server", "raylet"} <= ray.listening_programs(), ray.sockets
     token, folder = ray.token_stat, ray.token_folder_stat
     assert stat.S_ISREG(token.st_mode) and stat.S_IMODE(token.st_mode) == 0o600 and token.st_uid == os.getuid()
     assert stat.S_ISDIR(folder.st_mode) and stat.S_IMODE(folder.st_mode) == 0o700 and folder.st_uid == os.getuid()
+    assert ray.raylet_socket.is_relative_to(ray.token_path.parent), ray.raylet_socket
 
 
 def check_refused(result: subprocess.CompletedProcess[str], ran: Path) -> None:

@@ -15,9 +15,11 @@ instance) is reachable from this user's processes only:
   `RAY_AUTH_TOKEN_PATH`. The file exists with its final mode before Ray reads it, so no moment
   exists when another account could read it (Ray's own `~/.ray/auth_token` is written with the
   umask's mode, 0644 with the usual umask); and a token that leaked from such a file before does
-  not open this instance. The folder is removed when the instance stops.
-* Ray 2.60 or newer: the version whose sources were checked for both points above, and the first
-  to turn token authentication on for every new local instance.
+  not open this instance. Ray's own files (Unix sockets, logs, spilled objects, which Ray makes
+  writable by every account) go in that folder too, out of the shared /tmp/ray. The folder is
+  removed when the instance stops.
+* Ray 2.60 or newer: the version whose sources and behaviour were checked for both points above
+  (with Ray 2.58, a client without a token replaced a sweep's trial function through the GCS).
 
 Joining a cluster (`join_ray_cluster`) uses the cluster's own token (`RAY_AUTH_TOKEN`,
 `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`); a token file of this user's that other accounts can
@@ -109,7 +111,7 @@ def start_private_ray(num_cpus: int, **options: Any) -> Any:
     if not ipaddress.ip_address(address).is_loopback:
         raise RuntimeError(f"Ray would listen on {address}: it was imported before {LOCAL_ONLY_VARIABLE}=0 was set, "
                            "so no private Ray was started")
-    folder = Path(tempfile.mkdtemp(prefix="ray-token-"))  # mode 0700
+    folder = Path(tempfile.mkdtemp(prefix="ray-private-"))  # mode 0700
     _private.update(folder=folder, replaced={name: os.environ.pop(name, None) for name in _REPLACED})
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # also when the process ends without stop_ray
     try:
@@ -120,7 +122,10 @@ def start_private_ray(num_cpus: int, **options: Any) -> Any:
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)  # Ray's processes inherit it
         # RAY_AUTH_MODE is unset (above): Ray turns token authentication on for a new local
         # instance itself, and sets RAY_AUTH_MODE=token for the processes it starts.
-        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False, num_cpus=num_cpus, **options)
+        # Ray's own files (its sockets, logs, spilled objects) go inside the 0700 folder too: Ray
+        # makes its temp folder writable by every account (mode 0777, /tmp/ray by default).
+        ray.init(address="local", _node_ip_address=LOOPBACK, _temp_dir=str(folder / "ray"), include_dashboard=False,
+                 num_cpus=num_cpus, **options)
         if os.environ.get("RAY_AUTH_MODE") != "token":
             raise RuntimeError("Ray started without token authentication")
     except BaseException:
