@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from experiments.breakout import main
 from experiments.run.process_table import is_alive
 from game.atari import GameSpec
 from game.vector import PipePool, game_specs, make_pool
+from game.vector.private_ray import tighten_token_file
 from game.vector.protocol import WorkerDied, WorkerError
 from game.vector.ray_actors import ray_installed
 from ppo.seeding import derive_seeds
@@ -236,6 +238,32 @@ def test_a_ray_older_than_2_60_is_refused_in_one_line_before_anything_starts(cli
     result = cli.run(module, *args, "--data-dir", str(tmp_path / "runs"))
     assert (result.returncode, result.stdout, result.stderr.strip()) == (2, "", expected)
     assert not (tmp_path / "runs").exists() and cli.leftovers() == []
+
+
+def test_joining_a_cluster_first_makes_this_users_token_file_0600_and_nothing_else(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ray start` writes ~/.ray/auth_token with the umask's mode (0644): other accounts could read
+    the cluster's token. A file of another account's, and a link, are left as they are."""
+    mine, theirs, link = tmp_path / "auth_token", tmp_path / "theirs", tmp_path / "link"
+    for path in (mine, theirs):
+        path.write_text("0" * 64)
+        path.chmod(0o644)
+    link.symlink_to(theirs)
+    if os.getuid() == 0:
+        os.chown(theirs, 65534, 65534)  # nobody's
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    for path in (link, theirs, mine):
+        monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(path))
+        tighten_token_file()
+    assert (stat.S_IMODE(mine.stat().st_mode), stat.S_IMODE(theirs.stat().st_mode)) == (0o600, 0o644 if os.getuid() == 0 else 0o600)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no RAY_AUTH_TOKEN_PATH: Ray's default, ~/.ray/auth_token
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
+    (tmp_path / ".ray").mkdir()
+    default = tmp_path / ".ray" / "auth_token"
+    default.write_text("0" * 64)
+    default.chmod(0o640)
+    tighten_token_file()
+    assert stat.S_IMODE(default.stat().st_mode) == 0o600
 
 
 @requires_ray

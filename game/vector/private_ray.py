@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["INSTALL_HINT", "MIN_RAY", "import_ray", "join_ray_cluster", "ray_connected", "ray_installed",
-           "ray_refusal", "ray_version_problem", "start_private_ray", "stop_ray"]
+           "ray_refusal", "ray_version_problem", "start_private_ray", "stop_ray",
+           "tighten_token_file"]
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
 MIN_RAY = (2, 60)
@@ -137,7 +138,7 @@ def start_private_ray(num_cpus: int, **options: Any) -> Any:
 def join_ray_cluster(address: str, **options: Any) -> Any:
     """`ray.init(address=address, **options)`, this user's token file made unreadable to others
     first. Returns the `ray` module."""
-    _tighten_token_file()
+    tighten_token_file()
     ray = import_ray()
     ray.init(address=address, **options)
     return ray
@@ -158,7 +159,7 @@ def stop_ray() -> None:
                 os.environ[name] = value
 
 
-def _tighten_token_file() -> None:
+def tighten_token_file() -> None:
     """The token file Ray will read for a cluster, made 0600 if it is this user's and others can
     read it (`ray start` writes ~/.ray/auth_token with the umask's mode). A file of another
     account's is left as it is: not ours to change."""
