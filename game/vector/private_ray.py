@@ -106,6 +106,8 @@ def start_private_ray(num_cpus: int, **options: Any) -> Any:
     logical CPUs; `options` go to `ray.init`. Returns the `ray` module. `stop_ray` stops it."""
     if (problem := ray_version_problem()) is not None:
         raise RuntimeError(f"expected {problem}")
+    if "folder" in _private:  # stop_ray on the failed start below would stop the running one
+        raise RuntimeError("a private Ray is running already in this process")
     os.environ[LOCAL_ONLY_VARIABLE] = "0"
     ray = import_ray()
     address = ray.util.get_node_ip_address()  # the address ray.init below will give the node
