@@ -10,14 +10,14 @@ instance) is reachable from this user's processes only:
   Ray was imported with `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (Ray's switch for a single-machine
   Ray), so that variable is set before the first `import ray`, and the address Ray will use is
   checked before anything starts.
-* Token authentication on, with a token made for this instance: 256 random bits in a file created
+* Token authentication on, with a token of its own: 256 random bits in a file created
   with mode 0600 (O_EXCL, never through a link) in a fresh 0700 folder, named to Ray by
   `RAY_AUTH_TOKEN_PATH`. The file exists with its final mode before Ray reads it, so no moment
   exists when another account could read it (Ray's own `~/.ray/auth_token` is written with the
   umask's mode, 0644 with the usual umask); and a token that leaked from such a file before does
   not open this instance. Ray's own files (Unix sockets, logs, spilled objects, which Ray makes
-  writable by every account) go in that folder too, out of the shared /tmp/ray. The folder is
-  removed when the instance stops.
+  writable by every account) go in that folder too, out of the shared /tmp/ray; they are removed
+  when the instance stops, the folder when the process ends.
 * Ray 2.60 or newer: the version whose sources and behaviour were checked for both points above
   (with Ray 2.58, a client without a token replaced a sweep's trial function through the GCS).
 
@@ -54,7 +54,7 @@ LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # read once, when `ra
 # decide the private instance's token, nor turn its authentication off.
 _REPLACED = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")
 
-_private: dict[str, Any] = {}  # the running private instance: its token folder, the variables it replaced
+_private: dict[str, Any] = {}  # this process's token folder; while a private Ray runs, the variables it replaced
 
 
 def ray_installed() -> bool:
@@ -106,7 +106,7 @@ def start_private_ray(num_cpus: int, **options: Any) -> Any:
     logical CPUs; `options` go to `ray.init`. Returns the `ray` module. `stop_ray` stops it."""
     if (problem := ray_version_problem()) is not None:
         raise RuntimeError(f"expected {problem}")
-    if "folder" in _private:  # stop_ray on the failed start below would stop the running one
+    if "replaced" in _private:  # stop_ray on the failed start below would stop the running one
         raise RuntimeError("a private Ray is running already in this process")
     os.environ[LOCAL_ONLY_VARIABLE] = "0"
     ray = import_ray()
@@ -114,15 +114,10 @@ def start_private_ray(num_cpus: int, **options: Any) -> Any:
     if not ipaddress.ip_address(address).is_loopback:
         raise RuntimeError(f"Ray would listen on {address}: it was imported before {LOCAL_ONLY_VARIABLE}=0 was set, "
                            "so no private Ray was started")
-    folder = Path(tempfile.mkdtemp(prefix="ray-private-"))  # mode 0700
-    _private.update(folder=folder, replaced={name: os.environ.pop(name, None) for name in _REPLACED})
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # also when the process ends without stop_ray
+    folder = _private_folder()
+    _private["replaced"] = {name: os.environ.pop(name, None) for name in _REPLACED}
     try:
-        token = folder / "auth_token"
-        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-        os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)  # Ray's processes inherit it
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(folder / "auth_token")  # Ray's processes inherit it
         # RAY_AUTH_MODE is unset (above): Ray turns token authentication on for a new local
         # instance itself, and sets RAY_AUTH_MODE=token for the processes it starts.
         # Ray's own files (its sockets, logs, spilled objects) go inside the 0700 folder too: Ray
@@ -137,6 +132,22 @@ def start_private_ray(num_cpus: int, **options: Any) -> Any:
     return ray
 
 
+def _private_folder() -> Path:
+    """This process's 0700 folder holding the private Ray's token (mode 0600) and Ray's files; made
+    at the first start, removed when the process ends. One token per process, not per start: a
+    process reads its token once and keeps it, so a second private Ray in the same process (the
+    tests' instances) must have the same token."""
+    if "folder" not in _private:
+        made = Path(tempfile.mkdtemp(prefix="ray-private-"))  # mode 0700
+        atexit.register(shutil.rmtree, made, ignore_errors=True)
+        fd = os.open(made / "auth_token", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        _private["folder"] = made
+    folder: Path = _private["folder"]
+    return folder
+
+
 def join_ray_cluster(address: str, **options: Any) -> Any:
     """`ray.init(address=address, **options)`, this user's token file made unreadable to others
     first. Returns the `ray` module."""
@@ -147,14 +158,15 @@ def join_ray_cluster(address: str, **options: Any) -> Any:
 
 
 def stop_ray() -> None:
-    """Disconnects from Ray: a private instance stops (its processes, then its token folder), a
-    cluster is only left. Nothing happens when this process never connected."""
+    """Disconnects from Ray: a private instance stops (its processes, then its files; its token
+    goes when the process ends), a cluster is only left. Nothing happens when this process never
+    connected."""
     ray = sys.modules.get("ray")
     if ray is not None:
         ray.shutdown()
-    if (folder := _private.pop("folder", None)) is not None:
-        shutil.rmtree(folder, ignore_errors=True)
-        for name, value in _private.pop("replaced").items():
+    if (replaced := _private.pop("replaced", None)) is not None:
+        shutil.rmtree(_private["folder"] / "ray", ignore_errors=True)
+        for name, value in replaced.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
