@@ -3,6 +3,8 @@ the "accepted" text of the one-line refusal (`ConfigError`), or None when the va
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,6 +108,22 @@ def folder_name(v: Any) -> str | None:
     # put a run anywhere else.
     return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", str(v)) else (
         "a folder name of at most 100 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..')")
+
+
+def live_value_problem_in(value: Any, low: float, high: float, integral: bool) -> str | None:
+    """THE live-value rule: what is wrong with `value` for a live hyperparameter in [low, high]
+    (integral: an integer), as the "expected" text, or None when it may be applied. The trainer,
+    the checkpoint, a resume and the dashboard all decide with this one function."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return "an integer" if integral else "a number"
+    value = float(value)  # any real (a numpy scalar too), compared as a float
+    if not math.isfinite(value):
+        return "a finite number"
+    if integral and value != int(value):
+        return "an integer"
+    if not low <= value <= high:
+        return f"a value in [{low:g}, {high:g}]"
+    return None
 
 
 def one_of(*choices: str) -> Check:

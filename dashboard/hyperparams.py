@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from configs.fields import live_value_problem_in
 from dashboard.store import atomic_write, read_json_object
 from dashboard.strict_json import child_path
 
@@ -40,24 +41,12 @@ class DynamicParamSpec:
         return {"type": self.dynamic_type, "default": self.default, "range": [self.low, self.high]}
 
     def coerce(self, value: Any) -> Number:
-        """The value the run should receive, or `HyperParamError` with a readable reason."""
-        # bool is an int subclass; True as a learning rate is always a mistake.
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise HyperParamError(f"{self.key}: expected {self._type_name()}, got {json.dumps(value)}")
-        if self.dynamic_type == "int":
-            if not isinstance(value, int):
-                raise HyperParamError(f"{self.key}: expected an integer, got {value!r}")
-        else:
-            if not math.isfinite(value):
-                raise HyperParamError(f"{self.key}: expected a finite number, got {value!r}")
-            value = float(value)
-        if not self.low <= value <= self.high:
-            raise HyperParamError(f"{self.key}: {value!r} is outside the allowed range "
-                                  f"[{self.low}, {self.high}]")
-        return value
-
-    def _type_name(self) -> str:
-        return "an integer" if self.dynamic_type == "int" else "a number"
+        """The value the run should receive, or `HyperParamError` naming the value and what is
+        accepted: the training side's own rule (configs/fields.py), with the range the run declared."""
+        integral = self.dynamic_type == "int"
+        if (problem := live_value_problem_in(value, self.low, self.high, integral)) is not None:
+            raise HyperParamError(f"{self.key}: {json.dumps(value)[:80]}: expected {problem}")
+        return int(value) if integral else float(value)
 
 
 def _spec_from_computed(key: str, computed: Any) -> DynamicParamSpec | None:
@@ -136,7 +125,7 @@ def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> dic
     for key, value in changes.items():
         if key not in specs:
             known = ", ".join(sorted(specs)) or "none"
-            raise HyperParamError(f"{key}: not a dynamic hyperparameter of this run (dynamic: {known})")
+            raise HyperParamError(f"{key}: not a live hyperparameter of this run (live: {known})")
         accepted[key] = specs[key].coerce(value)
     return accepted
 

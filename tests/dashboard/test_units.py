@@ -72,16 +72,36 @@ def test_integers_are_checked_against_their_range(value: int) -> None:
     if 1 <= value <= 16:
         assert validate_changes(SPECS, {"epochs": value}) == {"epochs": value}
     else:
-        with pytest.raises(HyperParamError, match="outside the allowed range"):
+        with pytest.raises(HyperParamError, match=r"epochs: -?\d+: expected a value in \[1, 16\]"):
             validate_changes(SPECS, {"epochs": value})
 
 
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6), st.booleans(), st.none(), st.text(max_size=3)))
+def test_the_dashboard_and_the_trainer_decide_by_one_rule(value: Any) -> None:
+    """The dashboard refuses exactly what the trainer would refuse, for a run that declared
+    configs/ppo.py's ranges: both call configs/fields.py's `live_value_problem_in`."""
+    from configs.ppo import PPOConfig, live_ranges, live_value_problem
+    for name, (low, high) in live_ranges().items():
+        integral = isinstance(getattr(PPOConfig(), name), int)
+        spec = DynamicParamSpec(name, "int" if integral else "float", getattr(PPOConfig(), name), low, high)
+        try:
+            spec.coerce(value)
+            refused = False
+        except HyperParamError:
+            refused = True
+        assert refused == (live_value_problem(name, value) is not None), (name, value)
+
+
+def test_an_integral_value_sent_as_a_whole_float_is_taken_as_the_trainer_takes_it() -> None:
+    assert validate_changes(SPECS, {"epochs": 2.0}) == {"epochs": 2}
+
+
 @pytest.mark.parametrize("changes, message", [
-    ({"epochs": 2.0}, "expected an integer"),
+    ({"epochs": 2.5}, "expected an integer"),
     ({"epochs": True}, "expected an integer"),
     ({"learning_rate": "1e-3"}, "expected a number"),
     ({"learning_rate": None}, "expected a number"),
-    ({"gamma": 0.9}, "not a dynamic hyperparameter"),
+    ({"gamma": 0.9}, "not a live hyperparameter"),
     ({}, "non-empty JSON object"),
     ([1], "non-empty JSON object"),
     ({"learning_rate": 1e-3, "epochs": 99}, "epochs"),  # all or nothing
