@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from configs.fields import Within
-from configs.ppo import SECTIONS, ConfigError, PPOConfig, config_fields, section_of, validate
+from configs.launch import launch_config
+from configs.ppo import SECTIONS, ConfigError, PPOConfig, check_field, config_fields, section_of, validate
 from configs.version import NAME, VERSION
 
 USAGE_ERROR = 2  # the exit code of a bad command line, as argparse uses it
@@ -283,19 +284,40 @@ def _spelt_as(canonical_game: typing.Callable[[str], str | None]) -> typing.Call
     return lambda game: canonical_game(game) == game
 
 
-def parse_config(argv: Sequence[str] | None, prog: str, description: str,
-                 add_arguments: typing.Callable[[OneLineParser], None] | None = None,
-                 canonical_game: typing.Callable[[str], str | None] | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
-    """Parse, convert and validate; exits with one line on any bad input. `canonical_game` is the
-    game package's spelling of a game name (None: not a game), passed in because this package
-    imports nothing of the emulator's; without it the name is not checked."""
+def parse_overrides(argv: Sequence[str] | None, prog: str, description: str,
+                    add_arguments: typing.Callable[[OneLineParser], None] | None = None,
+                    canonical_game: typing.Callable[[str], str | None] | None = None) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The command line's config values, each converted and checked on its own (what it is combined
+    with is checked where the config is made: configs/launch.py); exits with one line on a bad one.
+    `canonical_game` is the game package's spelling of a game name, passed in because this package
+    imports nothing of the emulator's."""
     parser = build_parser(prog, description)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         overrides = spell_game(overrides_from_args(args), canonical_game)
-        config = config_from_overrides(overrides, game_exists=None if canonical_game is None else _spelt_as(canonical_game))
+        for name, value in overrides.items():
+            check_field(name, value)
+    except ConfigError as e:
+        fail(str(e))
+    return args, overrides
+
+
+def game_check(canonical_game: typing.Callable[[str], str | None] | None) -> typing.Callable[[str], bool] | None:
+    """The check `validate` takes: a game that exists, spelt as the emulator spells it (none without one)."""
+    return None if canonical_game is None else _spelt_as(canonical_game)
+
+
+def parse_config(argv: Sequence[str] | None, prog: str, description: str,
+                 add_arguments: typing.Callable[[OneLineParser], None] | None = None,
+                 canonical_game: typing.Callable[[str], str | None] | None = None,
+                 cores: int | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
+    """Parse, then make the config (with the games grouped by `cores` unless None or chosen); exits
+    with one line on any bad input."""
+    args, overrides = parse_overrides(argv, prog, description, add_arguments, canonical_game)
+    try:
+        config, _ = launch_config(overrides, cores, game_exists=game_check(canonical_game))
     except ConfigError as e:
         fail(str(e))
     return config, args, overrides

@@ -1,41 +1,60 @@
-"""What a resume may change of its run's config: the run options of its command line (`--device`,
-`--dashboard`, ...) and the grouping of its games into worker processes; never what the run learns."""
+"""A launch's config, made in one merge and one validation: the defaults (or, on a resume, the run's
+own saved config), then the command line, then this machine's grouping of the games.
+
+A resume may change only the run options of its command line (`--device`, `--dashboard`, ...) and
+the grouping of its games into worker processes; never what the run learns.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from configs.cli import config_from_overrides
 from configs.fields import ConfigError
-from configs.ppo import PPOConfig, config_fields
+from configs.grouping import grouped_for_cores, machine_groups
+from configs.ppo import PPOConfig, config_fields, validate
 
-# How the games are spread over worker processes: a speed setting of the machine (configs/grouping.py,
-# grouped_for_cores), that a resume may change (--n-workers, --envs-per-worker) as long as the
-# games stay the same: a run moved to a machine with other cores need not keep 8 processes on 2. Each game's
-# state is saved on its own, so a resume in another grouping is exact whenever the network acts for
-# the same games at once (ppo/rollout.py, acting_groups; tests/test_faults.py).
+# How the games are spread over worker processes: a speed setting of the machine (configs/grouping.py)
+# that a resume may change (--n-workers, --envs-per-worker) as long as the games stay the same: a
+# run moved to a machine with other cores need not keep 8 processes on 2. Each game's state is
+# saved on its own, so a resume in another grouping is exact whenever the network acts for the
+# same games at once (ppo/rollout.py, acting_groups; tests/test_faults.py).
 GROUPING = {"n_workers", "envs_per_worker"}
 
 
-def resumed_config(saved_values: dict[str, Any], overrides: dict[str, Any],
-                   game_exists: Callable[[str], bool]) -> tuple[PPOConfig, PPOConfig]:
-    """The run's own config, as its checkpoint saved it, and the one the resume goes on with: the
-    saved one with the command line's run options and grouping (`ConfigError` for any other change).
+def launch_config(overrides: Mapping[str, Any], cores: int | None, saved: PPOConfig | None = None,
+                  game_exists: Callable[[str], bool] | None = None) -> tuple[PPOConfig, dict[str, str]]:
+    """(the config to run, the fields this machine chose with why), `ConfigError` in one line otherwise.
 
-    `--dashboard` is not taken from the checkpoint: a resume sends to the dashboard its own command
-    line names, or to none, so a run never reports somewhere its launcher did not ask for.
+    A new run layers the command line over the defaults, then groups its games by the `cores`
+    unless the command line chose (`machine_groups`; `cores` None: not grouped, for the commands
+    that only read a config). A resume (`saved`) layers it over the run's
+    own config and keeps the run's grouping unless told; `--dashboard` is not taken from the
+    checkpoint: a resume sends to the dashboard its own command line names, or to none.
     """
-    saved = PPOConfig.from_dict(saved_values)
+    if saved is None:
+        values = {**PPOConfig().to_dict(), **overrides}
+        choices: dict[str, str] = {}
+        if cores is not None and machine_groups(PPOConfig.from_dict(values), overrides):
+            grouped = grouped_for_cores(PPOConfig.from_dict(values), cores)
+            values.update(n_workers=grouped.n_workers, envs_per_worker=grouped.envs_per_worker)
+            choices = {name: f"{cores} usable cores" for name in sorted(GROUPING)}
+        return validate(PPOConfig.from_dict(values), game_exists), choices
+    check_resume_changes(saved, overrides)
+    values = {**saved.to_dict(), "dashboard": None, **regrouped(saved, overrides)}
+    return validate(PPOConfig.from_dict(values), game_exists), {}
+
+
+def check_resume_changes(saved: PPOConfig, overrides: Mapping[str, Any]) -> None:
+    """`ConfigError` for a command-line value a resume may not change (what the run learns)."""
     run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
     for name, value in overrides.items():
         if name not in run_options | GROUPING and value != getattr(saved, name):
             raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as "
                                            "--device, and the grouping of its games, may change on --resume)")
-    return saved, config_from_overrides({"dashboard": None, **regrouped(saved, overrides)}, saved, game_exists)
 
 
-def regrouped(saved: PPOConfig, overrides: dict[str, Any]) -> dict[str, Any]:
+def regrouped(saved: PPOConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """`overrides` with the grouping completed: a resume keeps the run's number of games, so one of
     --n-workers and --envs-per-worker decides the other; `ConfigError` for a grouping of another number."""
     games = saved.n_envs
@@ -51,4 +70,4 @@ def regrouped(saved: PPOConfig, overrides: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("n_workers", f"{overrides['n_workers']} with --envs-per-worker {overrides['envs_per_worker']}",
                           f"n_workers × envs_per_worker = the resumed run's {games} games (a resume can regroup its games, "
                           "not change their number)")
-    return overrides
+    return dict(overrides)

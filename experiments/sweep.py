@@ -52,18 +52,18 @@ def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     (Ray re-ran this trial after its node or process was lost). Returns the run's summary."""
     from experiments.run.folders import checkpoint_path, find_run
     from experiments.run.lifecycle import TrainingRun
+    from experiments.run.plan import LaunchPlan, plan_launch
     from experiments.run.preflight import check_can_start
-    from experiments.run.resume import resume_config
 
-    config = config_from_overrides(overrides, game_exists=is_known_game)
-    resume = None
+    config = config_from_overrides(overrides, game_exists=is_known_game)  # the trial's games as the sweep grouped them
     run_dir = find_run(Path(config.data_dir), run_uuid)
     if run_dir is not None and checkpoint_path(run_dir).exists():
-        config, resume = resume_config(Path(config.data_dir), run_uuid, overrides)
+        plan = plan_launch(overrides, run_uuid)
     else:
         check_can_start(config)
-    result = TrainingRun(config, resume, run_uuid=run_uuid).run()
-    return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": resume is not None}
+        plan = LaunchPlan(config, run_uuid=run_uuid)
+    result = TrainingRun(plan).run()
+    return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": plan.resume is not None}
 
 
 # ---- the driver -----------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from typing import Any
 
 from configs.cli import OneLineParser, docstring_help
 from configs.machine import url_problem
-from dashboard.client import DEFAULT_DASHBOARD_URL, DashboardError, get_hyperparams, set_hyperparams
+from configs.urls import DEFAULT_DASHBOARD as DEFAULT_DASHBOARD_URL
+from dashboard.client import DashboardError, get_hyperparams, set_hyperparams
 
 Number = int | float
 

@@ -80,7 +80,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         learner.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
     except (ConfigError, CheckpointError, KeyError, TypeError, ValueError) as e:
         bad_value(option, value, f"a checkpoint written by python -m experiments.breakout ({e})")
-    live = checked_live_values(learner.live_values)
+    notes: list[str] = []
+    live = checked_live_values(learner.live_values, notes)
+    for note in notes:
+        say(note)
 
     seeds = derive_seeds(config.seed, config.n_envs)
     with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:

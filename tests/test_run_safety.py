@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from configs.ppo import PPOConfig
-from experiments.run.credentials import strip_userinfo
+from configs.urls import strip_userinfo
 from experiments.run.folders import checkpoint_paths, file_mode
 from experiments.run.games_csv import read_games
 from experiments.run.updates_csv import read_updates

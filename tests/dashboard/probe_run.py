@@ -18,7 +18,7 @@ from labml import experiment, tracker
 # labml 0.5.3 does not re-export these from labml.configs.
 from labml.internal.configs.dynamic_hyperparam import FloatDynamicHyperParam, IntDynamicHyperParam
 
-from dashboard.client import finish_app_tracking
+from experiments.run.labml.sender import finish_sending
 
 
 def main() -> None:
@@ -49,7 +49,9 @@ def main() -> None:
                 print(f"SAW {until_key}={until_value}", flush=True)
                 break
             time.sleep(0.1)
-    delivered = finish_app_tracking(args.finish_timeout)
+    delivered = finish_sending(args.finish_timeout, print)
+    if not delivered:
+        print(f"the dashboard did not take the last updates within {args.finish_timeout:g} s", flush=True)
     print(f"FINISHED delivered={delivered}", flush=True)
 
 

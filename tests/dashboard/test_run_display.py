@@ -108,13 +108,15 @@ def test_a_resumed_leg_keeps_what_its_first_leg_said_the_machine_chose() -> None
 
 
 def test_the_run_marks_only_the_grouping_it_chose_from_the_cores() -> None:
-    from configs.grouping import machine_choices
-    from configs.ppo import PPOConfig
-    from dashboard.labml_client import marked_configs
+    from configs.launch import launch_config
+    from experiments.run.labml.sender import marked_configs
 
-    assert machine_choices(PPOConfig(), {}, cores=2) == {"n_workers": "2 usable cores", "envs_per_worker": "2 usable cores"}
-    assert machine_choices(PPOConfig(), {"n_workers": 4}, cores=2) == {}  # the command line chose
-    assert machine_choices(PPOConfig(backend="ray"), {}, cores=2) == {}  # Ray actors: not grouped by cores
+    def machine_choices(overrides: dict[str, object]) -> dict[str, str]:
+        return launch_config(overrides, cores=2)[1]
+
+    assert machine_choices({}) == {"n_workers": "2 usable cores", "envs_per_worker": "2 usable cores"}
+    assert machine_choices({"n_workers": 4}) == {}  # the command line chose
+    assert machine_choices({"backend": "ray"}) == {}  # Ray actors: not grouped by cores
     sent = {"n_workers": {"name": "n_workers", "computed": 2}, "gamma": {"name": "gamma", "computed": 0.99}}
     assert marked_configs(sent, {"n_workers": "2 usable cores"}) == {
         "n_workers": {"name": "n_workers", "computed": 2, "chosen_by_machine": "2 usable cores"}, "gamma": sent["gamma"]}
