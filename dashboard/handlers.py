@@ -263,7 +263,7 @@ def last_steps(run_uuid: str) -> dict[str, float]:
 
 def drop_known_points(packets: list[dict[str, Any]], last: dict[str, float]) -> None:
     """Keep only the points after each series' stored last step. labml-app appends whatever it is
-    sent, so a history a resumed run brings (experiments/run/dashboard_history.py) adds only what
+    sent, so a history a resumed run brings (experiments/run/labml/history.py) adds only what
     the dashboard lacks, and a series never goes back in steps."""
     for packet in packets:
         track = packet.get("track") or {}

@@ -75,7 +75,7 @@ def test_a_runs_list_entry_has_a_short_uuid_the_step_and_the_latest_score() -> N
 
 def test_the_card_tells_set_from_chosen_by_the_machine_from_default() -> None:
     # labml marks every value that differs from the defaults explicitly specified, the grouping the
-    # machine chose included; the run's sender notes that one (dashboard/labml_client.py).
+    # machine chose included; the run's sender notes that one (experiments/run/labml/sender.py).
     configs = {"epochs": {"name": "epochs", "computed": 3, "is_explicitly_specified": True},
                "n_workers": {"name": "n_workers", "computed": 2, "is_explicitly_specified": True,
                              "chosen_by_machine": "2 usable cores"},
