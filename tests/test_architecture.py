@@ -132,3 +132,16 @@ def test_the_game_settings_default_as_the_config_does() -> None:
     shared = sorted((spec.keys() & config.keys()) - {"seed"})  # a game's seed is derived from the run's
     assert shared == sorted(f.name for f in dataclasses.fields(GameSpec) if f.name != "seed")
     assert {k: spec[k] for k in shared} == {k: config[k] for k in shared}
+
+
+def test_the_dashboard_tests_probe_is_a_plain_labml_experiment() -> None:
+    """tests/dashboard/probe_run.py stands for any labml experiment (labml_nn's PPO, say) in the
+    dashboard's tests, live changes included: at module level it imports labml and nothing of ours."""
+    tree = ast.parse((REPO / "tests" / "dashboard" / "probe_run.py").read_text())
+    top = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top.add(node.module.split(".")[0])
+    assert "labml" in top and not top & OURS, sorted(top)

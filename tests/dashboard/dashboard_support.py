@@ -158,8 +158,8 @@ class ProbeRun(Process):
 
 
 def finished_probe_run(dashboard_url: str, folder: Path, updates: str) -> tuple[str, ProbeRun]:
-    """A probe run of `updates` updates sent to the dashboard to its end: its uuid, and the
-    finished process (for its output)."""
+    """A probe run of `updates` updates sent to the dashboard to its end, on labml's own client and
+    nothing of ours: its uuid, and the finished process (for its output)."""
     probe = ProbeRun(folder, f"{dashboard_url}/api/v1/default", updates)
     run_uuid = probe.run_uuid()
     assert probe.wait() == 0, probe.output
