@@ -23,7 +23,6 @@ from labml import experiment, tracker
 from labml.internal.configs.dynamic_hyperparam import FloatDynamicHyperParam, IntDynamicHyperParam
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("steps", type=int)
