@@ -15,10 +15,13 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from configs.terminal import escaped
+
 write_above: Callable[[str], None] | None = None  # set while a progress line is shown
 
 
 def say(message: str, stream: TextIO | None = None) -> None:
+    message = escaped(message, lines=True)  # it may quote a dashboard's answer (labml's notes of a live change), a file
     if write_above is not None and stream in (None, sys.stderr):
         write_above(message)
     else:
