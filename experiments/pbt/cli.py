@@ -98,7 +98,7 @@ def resumed(given: str) -> Population:
     folder = Path(given)
     try:
         # Nothing in a population folder is ours to have two names: any hard link is someone else's.
-        check_folder(folder, lambda path: "the population's writers would write into it")
+        check_folder(folder, lambda path: "a population folder's files have one name each")
     except UnsafeRunFolder as e:
         raise PbtError(f"--resume {given}: expected a population folder of plain files and folders ({e}; "
                        "nothing was read or written)") from None

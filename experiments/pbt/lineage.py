@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from experiments.run.folder_checks import open_own_file
+from experiments.run.folders import publish
 from experiments.run.updates_csv import read_updates
 from ppo.files import atomic_write
 
@@ -76,3 +77,4 @@ def plot(path: Path, lineage: list[dict[str, str]], run_dirs: list[Path]) -> Non
     fig.savefig(image, format="png", dpi=100)
     plt.close(fig)
     atomic_write(path, image.getvalue())
+    publish(path)

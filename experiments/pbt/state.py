@@ -25,7 +25,7 @@ from configs.cli import config_from_overrides, value_converter
 from configs.fields import MAX_SEED
 from configs.ppo import ConfigError, PPOConfig, live_ranges, live_value_problem
 from experiments.pbt.explore import check_explored
-from experiments.run.folders import find_run
+from experiments.run.folders import find_run, publish
 from game.atari import is_known_game
 from ppo.files import atomic_write
 
@@ -63,6 +63,7 @@ class Population:
 
     def save(self) -> None:
         atomic_write(self.path / STATE, json.dumps(asdict(self), indent=1).encode())  # whole or not at all
+        publish(self.path / STATE)  # the mode of the run folders' files, not mkstemp's 0600
 
     @classmethod
     def load(cls, folder: Path) -> Population:

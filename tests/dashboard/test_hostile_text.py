@@ -52,12 +52,12 @@ def test_a_status_holding_escape_sequences_is_shown_escaped_by_tweak(dashboard: 
 class HostileDashboard(BaseHTTPRequestHandler):
     """Answers `tweak`'s requests with escape sequences in every field it prints."""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         param = {"current": HOSTILE, "type": HOSTILE, "range": [HOSTILE, HOSTILE], "applied": None,
                  "sent": HOSTILE, "pending": HOSTILE}
         self.answer(200, {"run_uuid": "0" * 32, "name": HOSTILE, "params": {HOSTILE: param}, "refusal": HOSTILE})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         if self.path.endswith("1" * 32):
             self.answer(200, {"pending": {HOSTILE: HOSTILE}})
