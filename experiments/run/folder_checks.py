@@ -1,14 +1,16 @@
 """A run folder on disk is input, not only output: whoever may write the data dir (a shared
 `--data-dir`, a copied run) may have put anything in it. Before a resume reads or writes a byte of
 one, `check_run_folder` refuses a folder that holds a link where a file belongs, and
-`remove_dead_writers_files` removes the temp files a killed writer left.
+`remove_dead_writers_files` removes the temp files a killed writer left. A population's folder
+(experiments/pbt) gets the same check, `check_folder`, with every hard link refused.
 
 labml opens `configs.yaml`, `run.yaml`, `indicators.yaml`, `source.diff`, `run_log.jsonl` and
 `run.pid` with a plain `open(path, "w"/"a")`, which follows a symbolic link and writes into a hard
 link's other names: a link there would let the run overwrite any file its user can write. The
 files this project writes itself are replaced by rename (`ppo.files.atomic_write`) or opened with
-O_NOFOLLOW (`appended_csv`), so a link in their place is never written through either; reading
-through one would still show a file from elsewhere, so every link is refused, wherever it is.
+`open_own_file` (O_NOFOLLOW, a second name refused), so a link in their place is never written
+through, even one put there after the check; reading through one would still show a file from
+elsewhere, so every link is refused, wherever it is.
 """
 
 from __future__ import annotations
