@@ -198,6 +198,8 @@ def edited(state: dict[str, Any], change: str) -> Any:
     ("fixed.learning_rate=NaN", "population.json's fixed options: --learning-rate nan: expected a finite number"),
     ('fixed.epochs="many"', "population.json's fixed.epochs is \"many\": expected an integer"),
     ('unqueued={"0": {"learning_rate": 5}}', "population.json's unqueued.0.learning_rate is 5: expected a value in [0, 0.01]"),
+    ("cpus_per_member=" + "9" * 400, "population.json's cpus_per_member is 999999999"),  # past a float: no traceback
+    ('unqueued={"1": {"epochs": ' + "9" * 400 + "}}", "population.json's unqueued.1.epochs is 9999"),
     ('private_dashboard="\\u001b[2J"', "population.json's private_dashboard is \"\\u001b[2J\": expected true, or false with "),
 ])
 def test_a_bad_field_of_population_json_is_one_line_naming_it(finished: Path, tmp_path: Path, change: str, message: str,

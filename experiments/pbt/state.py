@@ -104,6 +104,8 @@ def read_record(path: Path) -> Any:
         raise PopulationFileError(f"{STATE} is not UTF-8 text (byte {e.start:,} cannot be decoded)") from None
     except json.JSONDecodeError as e:  # its position, never the text: the file may be a copy of another
         raise PopulationFileError(f"{STATE} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except (ValueError, RecursionError):  # an integer of thousands of digits, arrays nested thousands deep
+        raise PopulationFileError(f"{STATE} is not a population's record (a number or a nesting too large to read)") from None
 
 
 def shown(value: Any) -> str:
@@ -196,7 +198,7 @@ def _check_schedule(values: dict[str, Any], base: PPOConfig) -> None:
     if not isinstance(explore, list) or not all(isinstance(n, str) for n in explore) or check_explored(explore) is not None:
         raise _bad(values, "explore", f"a list of distinct live hyperparameters from {', '.join(sorted(live_ranges()))}")
     cpus = values["cpus_per_member"]
-    if not isinstance(cpus, int | float) or isinstance(cpus, bool) or not math.isfinite(cpus) or not 0 < cpus <= MAX_CPUS:
+    if not isinstance(cpus, int | float) or isinstance(cpus, bool) or not (0 < cpus <= MAX_CPUS and math.isfinite(cpus)):
         raise _bad(values, "cpus_per_member", f"a number > 0 and ≤ {MAX_CPUS}")
     if not _integer(values["max_retries"], 0, MAX_RETRIES):
         raise _bad(values, "max_retries", f"an integer from 0 to {MAX_RETRIES}")
@@ -234,5 +236,6 @@ def _check_unqueued(values: dict[str, Any]) -> None:
             if name not in live_ranges():
                 raise PopulationFileError(f"{STATE}'s unqueued.{member} has {shown(name)}: expected live "
                                           f"hyperparameters ({', '.join(sorted(live_ranges()))})")
-            if (problem := live_value_problem(name, value)) is not None:
+            too_large = isinstance(value, int) and abs(value) > 2**63  # past any range, and past a float
+            if (problem := "a number in its range" if too_large else live_value_problem(name, value)) is not None:
                 raise _bad(values, f"unqueued.{member}.{name}", problem)
