@@ -186,7 +186,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
     assert games is not None and seed is not None
     mode = "greedy" if args.greedy else "sampled"
-    print(escaped(f"evaluating {path} (update {state.get('update')}, {state.get('env_steps')} env steps): "  # the checkpoint's
+    # Its update and steps are the checkpoint's words, printed escaped as any text from a file.
+    print(escaped(f"evaluating {path} (update {state.get('update')}, {state.get('env_steps')} env steps): "
                   f"{games} game(s) of {spec.game}, {mode} actions, ε={epsilon:g}, seed {seed}, on {device}"), flush=True)
 
     def report(index: int, e: EpisodeStats) -> None:
