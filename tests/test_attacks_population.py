@@ -224,8 +224,8 @@ def test_population_json_that_is_not_json_is_refused_by_the_real_command_without
         f"error: --resume {folder}: population.json is not JSON (line 1, column 1: Expecting value)"]
 
 
-def test_refusals_run_no_python_of_their_own() -> None:
-    """The in-process refusals above need no process of their own: main() refuses before Ray is imported."""
+def test_a_refused_resume_never_imports_ray() -> None:
+    """Why the refusals above may run in this process: main() refuses before Ray is even imported."""
     probe = ("import sys\nfrom experiments.pbt import main\ntry:\n    main(['--resume', sys.argv[1]])\nexcept SystemExit as e:\n"
              "    print(e.code, 'ray' in sys.modules)")
     import subprocess
