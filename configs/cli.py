@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from configs.fields import Within
 from configs.launch import launch_config
 from configs.ppo import SECTIONS, ConfigError, PPOConfig, check_field, config_fields, section_of, validate
+from configs.terminal import escaped
 from configs.version import NAME, VERSION
 
 USAGE_ERROR = 2  # the exit code of a bad command line, as argparse uses it
@@ -38,9 +39,10 @@ ALIASES = {
 
 
 def usage_error(message: str, prog: str | None = None) -> NoReturn:
-    """Print one `error:` line on stderr (starting with `prog: ` when given) and exit with code 2."""
+    """Print one `error:` line on stderr (starting with `prog: ` when given) and exit with code 2.
+    The message may quote a file, a checkpoint or a dashboard: its control characters are escaped."""
     prefix = f"{prog}: " if prog else ""
-    print(f"{prefix}error: {message}", file=sys.stderr)
+    print(f"{prefix}error: {escaped(message)}", file=sys.stderr)
     raise SystemExit(USAGE_ERROR)
 
 

@@ -116,7 +116,10 @@ def live_value_problem_in(value: Any, low: float, high: float, integral: bool) -
     the checkpoint, a resume and the dashboard all decide with this one function."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return "an integer" if integral else "a number"
-    value = float(value)  # any real (a numpy scalar too), compared as a float
+    try:
+        value = float(value)  # any real (a numpy scalar too), compared as a float
+    except OverflowError:  # an integer past any float: past every range too
+        return f"a value in [{low:g}, {high:g}]"
     if not math.isfinite(value):
         return "a finite number"
     if integral and value != int(value):

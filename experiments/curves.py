@@ -36,6 +36,7 @@ import numpy as np
 from configs.cli import OneLineParser, docstring_help, fail, int_in
 from configs.fields import MAX_ENV_STEPS, MAX_SEED
 from configs.grouping import usable_cores
+from configs.terminal import escaped
 from experiments.run.games_csv import GameRow, read_games
 from experiments.seed_runs import seed_run, train_seeds
 from experiments.seed_stats import compare
@@ -300,7 +301,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     for line in stopped:
         markdown += f"\nnote: {line}.\n"
     (out / "table.md").write_text(markdown)
-    print(markdown, end="")
+    print(escaped(markdown, lines=True), end="")  # machines read from the runs' summary.json
     print(f"curves: wrote {out / 'curves.csv'}, {out / 'curves.png'}, {out / 'table.md'}")
     return 0
 

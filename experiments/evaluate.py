@@ -24,6 +24,7 @@ import torch
 from configs.cli import OneLineParser, bad_value, fail
 from configs.fields import MAX_SEED, MAX_UPDATES
 from configs.ppo import ConfigError
+from configs.terminal import escaped
 from experiments.run.folders import checkpoint_path, find_run
 from game.atari import EpisodeStats, is_known_game
 from ppo.checkpoint import CheckpointError, load_checkpoint
@@ -185,8 +186,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
     assert games is not None and seed is not None
     mode = "greedy" if args.greedy else "sampled"
-    print(f"evaluating {path} (update {state.get('update')}, {state.get('env_steps')} env steps): "
-          f"{games} game(s) of {spec.game}, {mode} actions, ε={epsilon:g}, seed {seed}, on {device}", flush=True)
+    # Its update and steps are the checkpoint's words, printed escaped as any text from a file.
+    print(escaped(f"evaluating {path} (update {state.get('update')}, {state.get('env_steps')} env steps): "
+                  f"{games} game(s) of {spec.game}, {mode} actions, ε={epsilon:g}, seed {seed}, on {device}"), flush=True)
 
     def report(index: int, e: EpisodeStats) -> None:
         flag = " (truncated)" if e.truncated else ""

@@ -37,6 +37,7 @@ from configs.cli import OneLineParser, build_parser, config_from_overrides, fail
 from configs.fields import MAX_SEED, MAX_WORKERS
 from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
+from configs.terminal import escaped
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
 
@@ -247,7 +248,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     csv_path = Path(args.csv) if args.csv else Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv"
 
     def log(line: str) -> None:
-        print(line, flush=True)
+        print(escaped(line), flush=True)  # a trial's status and error come from its run
 
     names = [*space.grid, *space.random]
     print(f"sweep: {len(trials)} trials of {_params(fixed)}; searching {', '.join(names)}; "
@@ -264,7 +265,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     finally:
         ray.shutdown()  # a private instance stops; a cluster is only disconnected from
     print()
-    print(table(rows, names))
+    print(escaped(table(rows, names), lines=True))
     write_csv(csv_path, rows, names)
     print(csv_path, flush=True)
     return 0 if all(r.get("status") == "completed" for r in rows) else 1

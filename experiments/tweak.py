@@ -15,6 +15,7 @@ from typing import Any
 
 from configs.cli import OneLineParser, docstring_help
 from configs.machine import url_problem
+from configs.terminal import escaped
 from configs.urls import DEFAULT_DASHBOARD as DEFAULT_DASHBOARD_URL
 from dashboard.client import DashboardError, get_hyperparams, set_hyperparams
 
@@ -78,21 +79,23 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     try:
         if not changes:
             info = get_hyperparams(args.dashboard, args.run_uuid)
+            # Every word of the answer is the dashboard's (any local client can set a run's status,
+            # which the refusal quotes): shown with its control characters escaped.
             for key, p in info["params"].items():
-                print(listing_line(key, p))
+                print(escaped(listing_line(key, p)))
             if not info["params"]:
                 print(f"run {args.run_uuid} has no dynamic hyperparameters")
             if info.get("refusal"):
-                print(f'changes: refused, {info["refusal"]}')
+                print(escaped(f'changes: refused, {info["refusal"]}'))
             return 0
         pending = set_hyperparams(args.dashboard, args.run_uuid, changes)
     except DashboardError as e:
         if e.status is not None and 400 <= e.status < 500:
             parser.fail(str(e))  # the request itself was wrong
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        print(f"{parser.prog}: error: {escaped(e)}", file=sys.stderr)
         return 1
-    print("queued: " + ", ".join(f"{k}={v}" for k, v in pending.items()) +
-          " (the run applies them with its next update)")
+    print(escaped("queued: " + ", ".join(f"{k}={v}" for k, v in pending.items()) +
+                  " (the run applies them with its next update)"))
     return 0
 
 

@@ -10,6 +10,7 @@ by Ctrl-C/SIGTERM (every member with a checkpoint: `--resume FOLDER` goes on).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import uuid
@@ -23,17 +24,19 @@ import numpy as np
 
 from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args, spell_game
 from configs.ppo import ConfigError
+from configs.terminal import escaped
 from dashboard.client import DashboardError, set_hyperparams
 from experiments.pbt.explore import DEFAULT_EXPLORED, changes_text, check_explored, exploit
 from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
-from experiments.pbt.population import STATE, Population, PrivateDashboard, run_segment
+from experiments.pbt.population import PrivateDashboard, run_segment
+from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
+from experiments.run.folder_checks import UnsafeRunFolder, check_folder, check_run_folder
 from experiments.run.folders import checkpoint_path
 from experiments.run.preflight import check_can_start
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
 
 PROG = "python -m experiments.pbt"
-MAX_POPULATION = 1024  # members are listed, started and ranked one by one: a typo of 10**9 must not start
 
 
 class PbtError(ValueError):
@@ -41,7 +44,7 @@ class PbtError(ValueError):
 
 
 def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(escaped(line, lines=True), file=sys.stderr, flush=True)  # it may quote a dashboard, a member's error
 
 
 def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
@@ -50,14 +53,13 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
     overrides = overrides_from_args(args)
     address = overrides.pop("ray_address", None)  # the population's cluster, not a member setting
     if args.resume is not None:
-        folder = Path(args.resume)
-        if not (folder / STATE).is_file():
+        if not os.path.lexists(Path(args.resume) / STATE):
             raise PbtError(f"--resume {args.resume}: expected a population folder (one holding {STATE})")
         given = sorted(overrides) + [o for o in ("population", "interval", "explore") if getattr(args, o) is not None]
         if given:
             raise PbtError(f"--{given[0].replace('_', '-')}: a resumed population keeps its own settings "
                            "(only --ray-address may be given with --resume)")
-        return Population.load(folder), address
+        return resumed(args.resume), address
     if args.population is None or not 2 <= args.population <= MAX_POPULATION:
         raise PbtError(f"--population {args.population}: expected an integer from 2 to {MAX_POPULATION}")
     if args.interval is None or args.interval < 1:
@@ -76,16 +78,42 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
         config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
     check_can_start(base)
     cpus = args.cpus_per_member if args.cpus_per_member is not None else (1 if base.backend == "serial" else base.n_workers + 1)
-    if not 0 < cpus <= 1024:
-        raise PbtError(f"--cpus-per-member {cpus:g}: expected a number > 0 and ≤ 1024")
-    if not 0 <= args.max_retries <= 100:
-        raise PbtError(f"--max-retries {args.max_retries}: expected an integer from 0 to 100")
+    if not 0 < cpus <= MAX_CPUS:
+        raise PbtError(f"--cpus-per-member {cpus:g}: expected a number > 0 and ≤ {MAX_CPUS}")
+    if not 0 <= args.max_retries <= MAX_RETRIES:
+        raise PbtError(f"--max-retries {args.max_retries}: expected an integer from 0 to {MAX_RETRIES}")
     fixed = {"torch_threads": max(1, int(cpus)), **fixed, "data_dir": str(Path(base.data_dir).resolve())}
     fixed.pop("seed", None)
     folder = Path(fixed["data_dir"]) / base.name / f"pbt-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     members = [{"run_uuid": uuid.uuid4().hex, "seed": base.seed + i} for i in range(args.population)]
     return Population(str(folder), args.interval, explore, base.last_update, base.batch_size, fixed, members, cpus,
                       args.max_retries, private_dashboard=base.dashboard is None), address
+
+
+def resumed(given: str) -> Population:
+    """The population recorded in folder `given`, refused in one line before a byte is written
+    (`PbtError`) where its folder or a member's run folder holds a symbolic link, a device, FIFO
+    or socket, or a file with a second hard link (experiments/run/folder_checks.py), or where a
+    field of its population.json is missing or wrong (experiments/pbt/state.py)."""
+    folder = Path(given)
+    try:
+        # Nothing in a population folder is ours to have two names: any hard link is someone else's.
+        check_folder(folder, lambda path: "a population folder's files have one name each")
+    except UnsafeRunFolder as e:
+        raise PbtError(f"--resume {given}: expected a population folder of plain files and folders ({e}; "
+                       "nothing was read or written)") from None
+    try:
+        population = Population.load(folder)
+    except PopulationFileError as e:
+        raise PbtError(f"--resume {given}: {e}") from None
+    for member in range(len(population.members)):
+        if (run_dir := population.run_dir(member)) is not None:
+            try:
+                check_run_folder(run_dir)  # each member's resume checks it again, as it starts
+            except UnsafeRunFolder as e:
+                raise PbtError(f"--resume {given}: expected member {member}'s run folder of plain files and "
+                               f"folders ({e}; nothing was read or written)") from None
+    return population
 
 
 def exploit_and_explore(population: Population, update: int, failures: dict[int, str | None]) -> list[dict[str, Any]]:
@@ -135,7 +163,15 @@ def _score(score: float | None) -> str:
 
 
 def run(population: Population, address: str | None) -> int:
+    """Run (or go on with) the population; its exit code (see the module's doc)."""
+    try:
+        return _run(population, address)
+    except (OSError, UnsafeRunFolder, RuntimeError) as e:  # before any member ran: its folder, its dashboard
+        say(f"pbt: error: {e}")
+        return 1
 
+
+def _run(population: Population, address: str | None) -> int:
     folder = population.path
     folder.mkdir(parents=True, exist_ok=True)
     lineage = folder / "lineage.csv"
@@ -182,7 +218,7 @@ def run(population: Population, address: str | None) -> int:
         except KeyboardInterrupt:
             say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
             code = 130
-        except RuntimeError as e:
+        except (RuntimeError, OSError, UnsafeRunFolder) as e:  # a write refused: a link put in the folder meanwhile
             say(f"pbt: error: {e}")
             code = 1
         finally:

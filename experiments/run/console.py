@@ -15,9 +15,13 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from configs.terminal import escaped
+
 
 def say(message: str, stream: TextIO | None = None) -> None:
-    """`message` and a newline on `stream` (stderr), now; nothing if the stream is gone."""
+    """`message` and a newline on `stream` (stderr), now; nothing if the stream is gone. It may
+    quote a dashboard's answer or a file: control characters are escaped."""
+    message = escaped(message, lines=True)
     stream = stream or sys.stderr
     try:
         print(message, file=stream, flush=True)
@@ -34,6 +38,6 @@ class Console:
 
     def say(self, message: str) -> None:
         if self.above is not None:
-            self.above(message)
+            self.above(escaped(message, lines=True))
         else:
             say(message, self.stream)

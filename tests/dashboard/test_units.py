@@ -92,6 +92,13 @@ def test_the_dashboard_and_the_trainer_decide_by_one_rule(value: Any) -> None:
         assert refused == (live_value_problem(name, value) is not None), (name, value)
 
 
+def test_an_integer_past_any_float_is_refused_not_raised() -> None:
+    from configs.ppo import live_value_problem
+    assert live_value_problem("epochs", 10**400) == "a value in [1, 32]"
+    with pytest.raises(HyperParamError, match=r"epochs: 1000000000.*: expected a value in \[1, 16\]"):
+        validate_changes(SPECS, {"epochs": 10**400})
+
+
 def test_an_integral_value_sent_as_a_whole_float_is_taken_as_the_trainer_takes_it() -> None:
     assert validate_changes(SPECS, {"epochs": 2.0}) == {"epochs": 2}
 

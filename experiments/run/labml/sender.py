@@ -31,7 +31,7 @@ from labml.internal.app import _AppTrackThread
 from labml.internal.app.experiment import AppExperiment
 from labml.internal.configs.dynamic_hyperparam import DynamicHyperParam
 
-from configs.text import printable
+from configs.terminal import escaped
 from configs.urls import app_url, split_credentials
 
 MAX_ANSWER_BYTES = 1024 * 1024  # labml-app's answers are a few hundred bytes
@@ -76,7 +76,7 @@ class AnswerChecker:
         errors = answer.get("errors")
         for error in errors if isinstance(errors, list) else [errors] if errors is not None else []:
             text = " ".join(str(error.get(k, "")) for k in ("error", "warning", "message")) if isinstance(error, dict) else str(error)
-            self.warn_once(f"error:{text[:200]}", f"the dashboard said: {printable(text.strip(), 200)}")
+            self.warn_once(f"error:{text[:200]}", f"the dashboard said: {escaped(text.strip()[:200])}")
         return checked
 
 
@@ -109,7 +109,7 @@ def harden_sender(dashboard: str, machine_choices: dict[str, str], warn: Callabl
             if isinstance(param, DynamicHyperParam):
                 param.set_value(value)
             else:
-                check.warn_once(f"key:{key[:100]}", f"the dashboard sent a live value for {printable(key, 100)!r}, "
+                check.warn_once(f"key:{key[:100]}", f"the dashboard sent a live value for {escaped(key[:100])!r}, "
                                                     "which is no live hyperparameter of this run; ignored")
 
     def save_configs(experiment: Any, configs: dict[str, Any]) -> None:
