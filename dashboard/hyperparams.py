@@ -136,7 +136,7 @@ def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> dic
     for key, value in changes.items():
         if key not in specs:
             known = ", ".join(sorted(specs)) or "none"
-            raise HyperParamError(f"{key}: not a dynamic hyperparameter of this run (dynamic: {known})")
+            raise HyperParamError(f"{key}: not a live hyperparameter of this run (live: {known})")
         accepted[key] = specs[key].coerce(value)
     return accepted
 

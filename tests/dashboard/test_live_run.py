@@ -85,8 +85,8 @@ def test_tweak_refuses_bad_changes_with_one_line(dashboard: Dashboard, finished_
     cases = {
         "learning_rate=0.5": "outside the allowed range [0.0, 0.01]",
         "epochs=2.5": "expected an integer",
-        "gamma=0.9": "not a dynamic hyperparameter",
-        "nonsense=1": "not a dynamic hyperparameter",
+        "gamma=0.9": "not a live hyperparameter",
+        "nonsense=1": "not a live hyperparameter",
         "learning_rate=fast": "'fast' is not a number",
         "learning_rate": "expected NAME=VALUE",
     }

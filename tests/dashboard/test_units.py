@@ -81,7 +81,7 @@ def test_integers_are_checked_against_their_range(value: int) -> None:
     ({"epochs": True}, "expected an integer"),
     ({"learning_rate": "1e-3"}, "expected a number"),
     ({"learning_rate": None}, "expected a number"),
-    ({"gamma": 0.9}, "not a dynamic hyperparameter"),
+    ({"gamma": 0.9}, "not a live hyperparameter"),
     ({}, "non-empty JSON object"),
     ([1], "non-empty JSON object"),
     ({"learning_rate": 1e-3, "epochs": 99}, "epochs"),  # all or nothing
