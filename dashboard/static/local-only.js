@@ -3,8 +3,8 @@
 // accounts here (no sign-out, no token, name or email), no computer monitoring, no public link to
 // share, and labml's documentation describes its hosted app, not this one. The theme choice is
 // dropped too: labml's Settings saves the user before it changes the theme, so the choice is gone
-// at the next page load. The favourite (star) toggle of a config row is dropped, as its runs-list
-// entry is never drawn; the eye toggle, which picks the configs the run page's card shows, stays.
+// at the next page load. What works here stays: the configs page's eye (the run page's card lists
+// the option) and star (the runs list shows it), and the run page's + (a chart of chosen series).
 'use strict';
 
 (function () {
@@ -38,10 +38,6 @@
         }
         // The share button's "Link copied!" toast, rendered at the end of the body.
         for (const toast of document.querySelectorAll('.toast-custom-container')) toast.remove();
-        for (const icon of document.querySelectorAll('.info_list.config .fa-star')) {
-            const toggle = icon.closest('.toggle-button');
-            if (toggle) toggle.remove();
-        }
         if (location.pathname === '/settings') {
             const container = document.querySelector('.page .auto-margin');
             if (container && container.querySelector('.input-list-container')) settingsPage(container);

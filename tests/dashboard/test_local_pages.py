@@ -1,12 +1,13 @@
 """What labml's hosted app offers and a local dashboard cannot is gone from the pages, what works
-locally stays, and the pages show the truth, in a real browser against a real dashboard and real
-labml runs: the menu, the settings page, the run page's buttons, the config rows' toggles, a short
-run's chart, and the live-hyperparameter input after Apply."""
+locally stays (and is shown to work), and the pages show the truth, in a real browser against a
+real dashboard and real labml runs: the menu, the settings page, the run page's buttons, the config
+rows' eye and star, a short run's chart, and the live-hyperparameter input after Apply."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def test_the_menu_and_settings_offer_only_what_works_locally(
     assert not {"TOKEN", "Token", "EMAIL", "Email", "Theme", "THEME", "Dark"} & set(settings.split())
 
 
-def test_the_run_page_keeps_the_chart_button_and_the_configs_eye_only(
+def test_the_run_page_has_no_share_button_and_the_config_toggles_work(
         dashboard: Dashboard, finished_run: str, tmp_path: Path, no_leftover_processes: None) -> None:
     with Browser(tmp_path / "chromium-profile") as browser:
         browser.load(f"{dashboard.url}/run/{finished_run}")
@@ -52,14 +53,37 @@ def test_the_run_page_keeps_the_chart_button_and_the_configs_eye_only(
         buttons = browser.evaluate("[document.querySelectorAll('.fa-share-alt').length,"
                                    " document.querySelectorAll('.toast-custom-container').length,"
                                    " document.querySelectorAll('.run.page .fa-plus').length]")
+        card_before = browser.evaluate("document.body.innerText.includes('gamma')")
+        # The configs page: gamma (not live, not set) gets the eye and the star, then Save.
         browser.load(f"{dashboard.url}/run/{finished_run}/configs")
-        assert browser.wait_until("document.querySelectorAll('.info_list.config .fa-eye').length > 0", PAGE_LIMIT_S)
+        assert browser.wait_until("document.querySelectorAll('.info_list.config .fa-star').length > 0", PAGE_LIMIT_S)
         toggles = browser.evaluate("[document.querySelectorAll('.info_list.config').length,"
                                    " document.querySelectorAll('.info_list.config .fa-eye').length,"
                                    " document.querySelectorAll('.info_list.config .fa-star').length]")
-    assert buttons == [0, 0, 1]  # no share button nor its toast; + (a chart of chosen metrics) stays
+        browser.evaluate("(row => row.querySelector('.fa-star').closest('span.toggle-button').click())"
+                         "([...document.querySelectorAll('.info_list.config')].find(r => r.textContent.includes('gamma')))")
+        browser.evaluate("document.querySelector('.fa-save').closest('.nav-link').click()")
+        assert saved(dashboard, finished_run, "gamma")
+        browser.load(f"{dashboard.url}/run/{finished_run}")
+        on_card = browser.wait_until("document.body.innerText.includes('gamma')", PAGE_LIMIT_S)
+        browser.load(f"{dashboard.url}/runs")
+        in_list = browser.wait_until("document.body.innerText.includes('Configs:')"
+                                     " && document.body.innerText.includes('gamma')", PAGE_LIMIT_S)
+    assert buttons == [0, 0, 1]  # no share button nor its toast; + (a chart of chosen series) stays
     rows, eyes, stars = toggles
-    assert eyes == rows and stars == 0
+    assert rows > 0 and eyes == rows and stars == rows
+    # The star selects too: the option is on the run page's card and in the runs list.
+    assert not card_before and on_card and in_list
+
+
+def saved(dashboard: Dashboard, run_uuid: str, key: str) -> bool:
+    """Whether the dashboard stores `key` as one of the run's favourite configs, within PAGE_LIMIT_S."""
+    deadline = time.monotonic() + PAGE_LIMIT_S
+    while time.monotonic() < deadline:
+        if key in dashboard.request("GET", f"/api/v1/run/{run_uuid}")[1].get("favourite_configs", []):
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def test_a_short_run_s_chart_draws_its_first_score_inside_the_axes(
