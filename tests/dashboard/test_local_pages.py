@@ -117,7 +117,11 @@ def test_after_apply_the_input_shows_the_new_value_while_it_is_pending(
             os.kill(run.proc.pid, signal.SIGSTOP)
             browser.evaluate("document.querySelector('#params input[name=learning_rate]').value = '0.005';"
                              " document.getElementById('apply').click()")
-            assert browser.wait_until("document.getElementById('message').textContent.startsWith('Queued')", PAGE_LIMIT_S)
+            # The page drawn again with the change: sent or pending in the learning rate's row.
+            assert browser.wait_until(
+                "document.getElementById('message').textContent.startsWith('Queued') && [...document.querySelector("
+                "'#params input[name=learning_rate]').closest('tr').cells].slice(4, 6).some(c => c.textContent === '0.005')",
+                PAGE_LIMIT_S)
             shown = browser.evaluate("(i => [i.value, i.placeholder])(document.querySelector('#params input[name=learning_rate]'))")
             row = browser.evaluate("[...document.querySelector('#params input[name=learning_rate]').closest('tr').cells]"
                                    ".map(c => c.textContent)")
