@@ -49,7 +49,8 @@ def test_the_run_page_has_no_share_button_and_the_config_toggles_work(
         dashboard: Dashboard, finished_run: str, tmp_path: Path, no_leftover_processes: None) -> None:
     with Browser(tmp_path / "chromium-profile") as browser:
         browser.load(f"{dashboard.url}/run/{finished_run}")
-        assert browser.wait_until("document.querySelector('.labml-card svg path') !== null", PAGE_LIMIT_S)
+        assert browser.wait_until("document.querySelector('.labml-card svg path') !== null"
+                                  " && document.body.innerText.includes('learning_rate')", PAGE_LIMIT_S)  # the card drawn
         buttons = browser.evaluate("[document.querySelectorAll('.fa-share-alt').length,"
                                    " document.querySelectorAll('.toast-custom-container').length,"
                                    " document.querySelectorAll('.run.page .fa-plus').length]")
