@@ -36,6 +36,7 @@ OPTION_TERMS = "[...document.querySelectorAll('.rst-content dt code')].map(c => 
 
 @pytest.fixture(scope="module")
 def reference_page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    pytest.importorskip("mkdocs", reason='mkdocs is not installed (pip install -e ".[dev]")')
     site = tmp_path_factory.mktemp("site")
     built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
                            cwd=REPO, capture_output=True, text=True)
