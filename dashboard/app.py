@@ -8,7 +8,8 @@ On top of the stock app this:
 - shows runs as a training run needs (see `run_display`): named by game with a short uuid, the
   latest score and the real status in the list; the score as the run page's chart; the options
   the run set and its live values in the Configurations card; no Process/Computer buttons (the
-  computer monitoring behind them is not served);
+  computer monitoring behind them is not served), nor labml's hosted-app menu entries, share
+  button and settings (static/local-only.js); a chart's axis spanning every point it draws;
 - replaces the static-file route, which served any file on the machine through an
   encoded `..` (``/..%2f..%2fetc%2fhostname``), with one confined to its folder;
 - answers only for the host names it is served under, refuses cross-site writes and
@@ -41,6 +42,7 @@ from dashboard.guard import RequestGuard, allowed_host_names
 from dashboard.handlers import OWN_STATIC, DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import (
+    chart_bundle_route,
     drop_stock_error_middleware,
     give_back_on_delete,
     load_labml_app,
@@ -90,7 +92,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     present_runs(hp_store)
     give_back_on_delete(usage)
     check_stock_routes(flask_app.app)
-    replace_stock_routes(flask_app, first=[*handlers.routes(), *video_routes(settings.runs_dir)],
+    replace_stock_routes(flask_app, first=[*handlers.routes(), chart_bundle_route(static_root), *video_routes(settings.runs_dir)],
                          last=handlers.catch_all_routes())
     serialize_store_writes(flask_app.app, lane, TRACK_PATH)
     drop_stock_error_middleware(flask_app)
@@ -110,5 +112,6 @@ def build_index(static_root: Path, assets: VendorAssets) -> str:
     extra = (f"<script>window.DASHBOARD_ASSET_ERRORS = {errors};</script>\n"
              '    <script src="/_dashboard/run-link.js" defer></script>\n'
              '    <script src="/_dashboard/run-video.js" defer></script>\n'
+             '    <script src="/_dashboard/local-only.js" defer></script>\n'
              '    <link href="/_dashboard/app.css" rel="stylesheet">\n')
     return html.replace("</head>", extra + "</head>", 1)
