@@ -23,6 +23,7 @@ Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_pa
 (loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,
 bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
 `stock_api` (labml-app's own endpoints), `usage` (the per-run cap), `videos` (run videos),
+`files` (every file served: opened once, without following links),
 `web` (errors as JSON).
 labml-app builds its app object when `labml_app.flask_app` is imported, so `create_app` can be
 called once per process.

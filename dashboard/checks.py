@@ -96,18 +96,6 @@ def check_packets(body: Any) -> list[dict[str, Any]]:
     return [body]
 
 
-def safe_file(root: Path, rel: str) -> Path | None:
-    """`root/rel` if it is a file inside `root` (after resolving `..` and links), else None."""
-    root = root.resolve()
-    try:
-        candidate = (root / rel).resolve()
-    except (OSError, ValueError):  # e.g. NUL bytes, symlink loops
-        return None
-    if not candidate.is_relative_to(root) or not candidate.is_file():
-        return None
-    return candidate
-
-
 def escapes(root: Path, rel: str) -> bool:
     """Whether `root/rel` resolves to somewhere outside `root` (or cannot be resolved at all)."""
     try:

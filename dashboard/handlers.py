@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from dashboard.assets import VENDOR_ROUTE
-from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, safe_file, track_query
+from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, track_query
+from dashboard.files import OpenedFileResponse, open_in_folder
 from dashboard.hyperparams import (
     HyperParamError,
     HyperParamStore,
@@ -195,17 +196,17 @@ class DashboardHandlers:
         return HTMLResponse(self.hyperparams_html)
 
     async def own_static(self, request: Request, file_path: str) -> Response:
-        path = safe_file(OWN_STATIC, file_path)
-        if path is None:
+        opened = open_in_folder(OWN_STATIC, file_path)
+        if opened is None:
             raise BadRequest(404, f"not found: {file_path[:200]}")
-        return FileResponse(path)
+        return OpenedFileResponse(opened, name=file_path)
 
     async def vendor_file(self, request: Request, package: str, file_path: str) -> Response:
         root = self.vendor.get(package)
-        path = None if root is None else safe_file(root, file_path)
-        if path is None:
+        opened = None if root is None else open_in_folder(root, file_path)
+        if opened is None:
             raise BadRequest(404, f"not found: {package}/{file_path[:200]}")
-        return FileResponse(path)
+        return OpenedFileResponse(opened, name=file_path)
 
     async def index(self, request: Request) -> Response:
         return HTMLResponse(self.index_html)
@@ -216,10 +217,10 @@ class DashboardHandlers:
             raise BadRequest(404, "not found: path leaves the static folder")
         if file_path == "api" or file_path.startswith("api/"):
             raise BadRequest(404, f"no such API endpoint: /{file_path[:200]}")
-        path = safe_file(self.static_root, file_path)
-        if path is None or path.name == "index.html":
+        opened = None if file_path.rsplit("/", 1)[-1] == "index.html" else open_in_folder(self.static_root, file_path)
+        if opened is None:
             return HTMLResponse(self.index_html)
-        return FileResponse(path)
+        return OpenedFileResponse(opened, name=file_path)
 
     def _get_run(self, run_uuid: str) -> Any:
         from labml_app.db import run as run_db
