@@ -89,7 +89,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
                                  static_root, vendor_folders(settings.assets), build_index(static_root, settings.assets),
                                  settings.assets.rewrite_index((OWN_STATIC / "hyperparams.html").read_text("utf-8")), lane)
     present_runs(hp_store)
-    give_back_on_delete(usage)
+    give_back_on_delete(usage, hp_store)
     check_stock_routes(flask_app.app)
     replace_stock_routes(flask_app, first=[*handlers.routes(), *video_routes(settings.runs_dir)],
                          last=handlers.catch_all_routes())

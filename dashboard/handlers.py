@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.routing import Route
@@ -112,7 +113,8 @@ class DashboardHandlers:
         # labml-app answers with its own record of live values; only the run itself gets ours.
         res["dynamic"] = {}
         if not res.get("errors"):
-            self.usage.record(stored_uuid, charged, new_series)
+            # The stores' files are written and fsynced in a worker thread, never on the event loop.
+            await anyio.to_thread.run_sync(self.usage.record, stored_uuid, charged, new_series)
             if is_run_itself(run_uuid, stored_uuid, rank, main_rank):
                 await self._after_update(request, run_uuid, packets, res, first_configs)
         await asyncio.sleep(TRACK_THROTTLE_S)
@@ -153,15 +155,16 @@ class DashboardHandlers:
             r = run_db.get(run_uuid)
             r.start_time = started
             r.save()
-        self.hp_store.set_reported(run_uuid, reported_values(packets))
+        await anyio.to_thread.run_sync(self.hp_store.set_reported, run_uuid, reported_values(packets))
         if ended(packets):
-            self.hp_store.drop_pending(run_uuid)  # nothing will take them: a resume starts a new leg
+            # Nothing will take them: a resume starts a new leg.
+            await anyio.to_thread.run_sync(self.hp_store.drop_pending, run_uuid)
         elif r is not None and change_refusal(run_uuid, run_status(r)) is None:
             # Only a running leg's messages take them: the history a resume posts before its leg
             # starts comes from a plain request that would drop them, so a change queued for the
             # next leg waits for that leg's first message.
             # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
-            res["dynamic"] = self.hp_store.take_pending(run_uuid)
+            res["dynamic"] = await anyio.to_thread.run_sync(self.hp_store.take_pending, run_uuid)
 
     async def get_hyperparams(self, request: Request, run_uuid: str) -> dict[str, Any]:
         r = self._get_run(run_uuid)
@@ -189,7 +192,7 @@ class DashboardHandlers:
         refusal = None if when == "next-leg" else change_refusal(run_uuid, run_status(r))
         if refusal is not None:
             raise BadRequest(409, refusal)
-        return {"run_uuid": run_uuid, "pending": self.hp_store.add_pending(run_uuid, accepted)}
+        return {"run_uuid": run_uuid, "pending": await anyio.to_thread.run_sync(self.hp_store.add_pending, run_uuid, accepted)}
 
     async def hyperparams_page(self, request: Request, run_uuid: str) -> Response:
         check_run_uuid(run_uuid)
