@@ -21,6 +21,7 @@ from starlette.routing import Route
 from dashboard.assets import VENDOR_ROUTE
 from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, track_query
 from dashboard.files import OpenedFileResponse, open_in_folder
+from dashboard.guard import large_body_turn
 from dashboard.hyperparams import (
     HyperParamError,
     HyperParamStore,
@@ -89,13 +90,13 @@ class DashboardHandlers:
 
         run_uuid, version, rank, world_size, main_rank = track_query(request)
         body = json_body(request)
-        packets = check_packets(body)
         # labml-app files rank n > 0 of a distributed run as "<uuid>_<n>".
         stored_uuid = f"{run_uuid}_{rank}" if world_size > 1 and rank > 0 else run_uuid
-        first_configs = self._check_declarations(stored_uuid, packets)
-        if is_run_itself(run_uuid, stored_uuid, rank, main_rank):
-            drop_known_points(packets, last_steps(run_uuid))
-        charged, new_series = self.usage.charge(stored_uuid, packets)
+        # Checking a body of thousands of series and reading the run's records take a while: off
+        # the event loop, so a client that sends such bodies does not hold up the others.
+        packets, first_configs, charged, new_series = await anyio.to_thread.run_sync(
+            self._checked, body, run_uuid, stored_uuid, is_run_itself(run_uuid, stored_uuid, rank, main_rank),
+            limiter=large_body_turn(int(request.headers.get("content-length", "0"))))
         self.usage.check(stored_uuid, charged)
         if project_db.get_project(labml_token) is None:
             # The hosted app told unknown tokens to register; locally any token (such as the
@@ -119,6 +120,16 @@ class DashboardHandlers:
                 await self._after_update(request, run_uuid, packets, res, first_configs)
         await asyncio.sleep(TRACK_THROTTLE_S)
         return res
+
+    def _checked(self, body: Any, run_uuid: str, stored_uuid: str,
+                 run_itself: bool) -> tuple[list[dict[str, Any]], bool, int, list[str]]:
+        """(packets, whether they bring the run's first configs, bytes to charge, new series)."""
+        packets = check_packets(body)
+        first_configs = self._check_declarations(stored_uuid, packets)
+        if run_itself:
+            drop_known_points(packets, last_steps(run_uuid))
+        charged, new_series = self.usage.charge(stored_uuid, packets)
+        return packets, first_configs, charged, new_series
 
     def _check_declarations(self, run_uuid: str, packets: list[dict[str, Any]]) -> bool:
         """Refuse changed live-hyperparameter declarations; True when these packets bring the

@@ -7,12 +7,16 @@ of refused new runs leaves the others answered.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from dashboard_support import Dashboard
+import pytest
+from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, child_env
 from test_security import assert_refused, new_uuid, run_uuids, send_json, track_path
 
 SERIES_BYTES = 32 * 1024  # dashboard.usage.SERIES_BYTES
@@ -164,3 +168,16 @@ def test_hp_series_and_long_names_are_charged_and_the_store_stays_under_its_cap(
         assert dashboard.terminate() == 0
     finally:
         dashboard.kill()
+
+
+@pytest.mark.slow
+def test_the_stall_benchmark_measures_a_real_dashboard(no_leftover_processes: None) -> None:
+    # tools/dashboard_stall.py (docs/benchmarks.md), in its smallest run: its JSON line, the hostile
+    # packets refused (400: the 1.9 MB name, 413: 6,500 hp.* series past the run's cap), nothing kept.
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "dashboard_stall.py"), "--hostile", "1", "--updates", "2"],
+                            cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=RUN_LIMIT_S)
+    assert result.returncode == 0, result.stderr
+    line = json.loads(result.stdout)
+    assert set(line) == {"hostile_clients", "updates", "track_s", "page_s", "hostile_answers", "store_bytes"}
+    assert set(line["track_s"]) == {"p50", "p90", "p99", "max"} and line["updates"] == 2
+    assert set(line["hostile_answers"]) <= {"400", "413"} and line["hostile_answers"], line
