@@ -298,13 +298,16 @@ class HyperParamStore:
             change = self._file.stage(run_uuid, entry)
         self._file.write(change)
 
-    def forget(self, run_uuid: str) -> None:
-        """Drop a deleted run's record."""
+    def forget(self, run_uuid: str, *, write_soon: bool = False) -> None:
+        """Drop a deleted run's record; `write_soon` as for `usage.RunUsage.forget`."""
         with self._lock:
             if self._runs.pop(run_uuid, None) is None:
                 return
             change = self._file.stage(run_uuid, None)
-        self._file.write(change)
+        if write_soon:
+            self._file.write_soon(change)
+        else:
+            self._file.write(change)
 
     def get(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         with self._lock:

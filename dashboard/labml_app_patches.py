@@ -159,8 +159,10 @@ def give_back_on_delete(usage: RunUsage, hp_store: HyperParamStore) -> None:
 
     def delete(run_uuid: str) -> None:
         stock_delete(run_uuid)
-        usage.forget(run_uuid)
-        hp_store.forget(run_uuid)
+        # Called on the event loop, once per run a request deletes: the files are written in
+        # threads, and a write that a later one has overtaken is skipped.
+        usage.forget(run_uuid, write_soon=True)
+        hp_store.forget(run_uuid, write_soon=True)
 
     run_db.delete = delete
 

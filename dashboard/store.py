@@ -111,6 +111,11 @@ class RecordFile:
             self._staged += 1
             return self._staged
 
+    def write_soon(self, change: int) -> None:
+        """`write` in a thread of its own, for a caller on the event loop.  Not a daemon thread:
+        the process waits for it before it exits."""
+        threading.Thread(target=self.write, args=(change,), name=f"write {self.path.name}").start()
+
     def write(self, change: int) -> None:
         """Make the file hold change number `change` (or a later one)."""
         with self._write_lock:

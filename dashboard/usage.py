@@ -138,8 +138,9 @@ class RunUsage:
             change = self._file.stage(run_uuid, entry)
         self._file.write(change)
 
-    def forget(self, run_uuid: str) -> None:
-        """Give a deleted run's share back."""
+    def forget(self, run_uuid: str, *, write_soon: bool = False) -> None:
+        """Give a deleted run's share back; `write_soon`: write the file in a thread of its own
+        (for a caller on the event loop), the share being given back at once."""
         with self._lock:
             self._held.pop(run_uuid, None)
             entry = self._runs.pop(run_uuid, None)
@@ -147,7 +148,10 @@ class RunUsage:
                 return
             self._total -= int(entry.get("bytes", 0))
             change = self._file.stage(run_uuid, None)
-        self._file.write(change)
+        if write_soon:
+            self._file.write_soon(change)
+        else:
+            self._file.write(change)
 
     def used(self, run_uuid: str) -> int:
         with self._lock:
