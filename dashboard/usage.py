@@ -36,6 +36,7 @@ from dashboard.web import BadRequest
 MAX_RUN_BYTES = 64 * 1024 * 1024
 MAX_RUNS = 1000
 MAX_STORE_BYTES = 2 * 1024 ** 3
+# labml-app's records of any run weigh about 2.6 KB; 8 KiB also covers a new computer record.
 RUN_BYTES = 8 * 1024
 # labml-app's Series keeps at most 1024 (step, last_step, value) points: 12.8 KB pickled at
 # 521 points, so twice that rounded up.
