@@ -24,6 +24,7 @@ Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_pa
 (loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,
 bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
 `stock_api` (labml-app's own endpoints), `usage` (the per-run cap), `videos` (run videos),
+`files` (every file served: opened once, without following links),
 `web` (errors as JSON).
 labml-app builds its app object when `labml_app.flask_app` is imported, so `create_app` can be
 called once per process.
@@ -90,7 +91,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
                                  static_root, vendor_folders(settings.assets), build_index(static_root, settings.assets),
                                  settings.assets.rewrite_index((OWN_STATIC / "hyperparams.html").read_text("utf-8")), lane)
     present_runs(hp_store)
-    give_back_on_delete(usage)
+    give_back_on_delete(usage, hp_store)
     check_stock_routes(flask_app.app)
     replace_stock_routes(flask_app, first=[*handlers.routes(), chart_bundle_route(static_root), *video_routes(settings.runs_dir)],
                          last=handlers.catch_all_routes())

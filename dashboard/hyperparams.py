@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from configs.fields import live_value_problem_in
-from dashboard.store import atomic_write, read_json_object
+from dashboard.store import RecordFile
 from dashboard.strict_json import child_path
 
 Number = int | float
@@ -223,18 +223,15 @@ class HyperParamStore:
       only once the run tracks it as `hp.<key>` (`set_reported` moves it out of here);
     - "delivered": the last value handed out per key (what a population's tools read back);
     - "reported": what the run last tracked as `hp.<key>`: the values it trains with.
+
+    Each change is written before its method returns; call the methods that change something off
+    the event loop (the file is written and fsynced there, see `store.RecordFile`).
     """
 
     def __init__(self, path: Path) -> None:
-        self._path = path
+        self._file = RecordFile(path, "a hyperparameter store")
         self._lock = threading.Lock()
-        self._runs: dict[str, dict[str, dict[str, Number]]] = self._load()
-
-    def _load(self) -> dict[str, dict[str, dict[str, Number]]]:
-        return read_json_object(self._path, "a hyperparameter store")
-
-    def _save(self) -> None:
-        atomic_write(self._path, json.dumps(self._runs, indent=1, sort_keys=True).encode("utf-8"))
+        self._runs: dict[str, dict[str, dict[str, Number]]] = self._file.load()
 
     def _run(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         entry = self._runs.setdefault(run_uuid, {})
@@ -245,8 +242,10 @@ class HyperParamStore:
     def add_pending(self, run_uuid: str, values: Mapping[str, Number]) -> dict[str, Number]:
         with self._lock:
             self._run(run_uuid)["pending"].update(values)
-            self._save()
-            return dict(self._runs[run_uuid]["pending"])
+            change = self._file.stage(run_uuid, self._runs[run_uuid])
+            pending = dict(self._runs[run_uuid]["pending"])
+        self._file.write(change)
+        return pending
 
     def take_pending(self, run_uuid: str) -> dict[str, Number]:
         with self._lock:
@@ -257,8 +256,9 @@ class HyperParamStore:
             entry["delivered"].update(pending)
             entry["sent"].update(pending)
             entry["pending"] = {}
-            self._save()
-            return pending
+            change = self._file.stage(run_uuid, entry)
+        self._file.write(change)
+        return pending
 
     def drop_pending(self, run_uuid: str) -> dict[str, Number]:
         """Forget the changes queued for a run that has ended (they can no longer reach it)."""
@@ -267,8 +267,9 @@ class HyperParamStore:
             if not entry or not entry.get("pending"):
                 return {}
             dropped, entry["pending"] = entry["pending"], {}
-            self._save()
-            return dropped
+            change = self._file.stage(run_uuid, entry)
+        self._file.write(change)
+        return dropped
 
     def set_reported(self, run_uuid: str, values: Mapping[str, Number]) -> None:
         """The values the run tracked; a sent change it now reports using is applied. A report of
@@ -278,11 +279,24 @@ class HyperParamStore:
             entry = self._run(run_uuid)
             reported, sent = entry["reported"], entry["sent"]
             confirmed = [k for k, v in values.items() if k in sent and same_value(sent[k], v)]
-            if confirmed or any(reported.get(k) != v for k, v in values.items()):
-                reported.update(values)
-                for key in confirmed:
-                    del sent[key]
-                self._save()
+            if not confirmed and all(reported.get(k) == v for k, v in values.items()):
+                return
+            reported.update(values)
+            for key in confirmed:
+                del sent[key]
+            change = self._file.stage(run_uuid, entry)
+        self._file.write(change)
+
+    def forget(self, run_uuid: str, *, write_soon: bool = False) -> None:
+        """Drop a deleted run's record; `write_soon` as for `usage.RunUsage.forget`."""
+        with self._lock:
+            if self._runs.pop(run_uuid, None) is None:
+                return
+            change = self._file.stage(run_uuid, None)
+        if write_soon:
+            self._file.write_soon(change)
+        else:
+            self._file.write(change)
 
     def get(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         with self._lock:

@@ -150,15 +150,19 @@ def present_runs(hp_store: HyperParamStore) -> None:
     run_db.Run.get_summary = get_summary
 
 
-def give_back_on_delete(usage: RunUsage) -> None:
-    """A run deleted on the dashboard no longer counts against the store's caps."""
+def give_back_on_delete(usage: RunUsage, hp_store: HyperParamStore) -> None:
+    """A run deleted on the dashboard no longer counts against the store's caps, and its live
+    values are forgotten with it."""
     from labml_app.db import run as run_db
 
     stock_delete = run_db.delete
 
     def delete(run_uuid: str) -> None:
         stock_delete(run_uuid)
-        usage.forget(run_uuid)
+        # Called on the event loop, once per run a request deletes: the files are written in
+        # threads, and a write that a later one has overtaken is skipped.
+        usage.forget(run_uuid, write_soon=True)
+        hp_store.forget(run_uuid, write_soon=True)
 
     run_db.delete = delete
 
