@@ -2,7 +2,8 @@
 
 `finish_app_tracking` bounds how long a finished run waits for labml to deliver its
 last updates; `get_hyperparams` / `set_hyperparams` are the HTTP API behind
-`python -m experiments.tweak`.
+`python -m experiments.tweak`; `compare_line` the comparison page's address that sweeps,
+populations and seed runs print.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dashboard.labml_client import split_credentials
 
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:5005"
+MAX_COMPARED_RUNS = 16  # runs on one comparison page (its API's cap): their curves stay readable
 
 Number = int | float
 
@@ -96,6 +98,16 @@ def run_url(dashboard_url: str, run_uuid: str) -> str:
 
 def hyperparams_url(dashboard_url: str, run_uuid: str) -> str:
     return f'{dashboard_url.rstrip("/")}/hyperparams/{urllib.parse.quote(run_uuid, safe="")}'
+
+
+def compare_line(dashboard: str, run_uuids: Sequence[str], runs: str) -> str:
+    """The line a command that started `runs` (e.g. "trials") prints to show them side by side: the
+    comparison page of the first `MAX_COMPARED_RUNS` of them on `dashboard` (its address, or labml's
+    app_url), without any credentials the address holds."""
+    base = split_credentials(dashboard)[0].split("/api/", 1)[0].rstrip("/")
+    shown = run_uuids[:MAX_COMPARED_RUNS]
+    which = f"the {len(shown)} {runs}" if len(shown) == len(run_uuids) else f"the first {len(shown)} of {len(run_uuids)} {runs}"
+    return f"compare {which} on the dashboard: {base}/compare?runs={','.join(urllib.parse.quote(u, safe='') for u in shown)}"
 
 
 def _api(dashboard_url: str, run_uuid: str) -> str:

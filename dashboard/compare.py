@@ -22,11 +22,11 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from dashboard.checks import RUN_UUID_RE
+from dashboard.client import MAX_COMPARED_RUNS
 from dashboard.hyperparams import HyperParamStore, as_declared, dynamic_specs
 from dashboard.run_display import SCORE
 from dashboard.web import BadRequest, json_endpoint
 
-MAX_COMPARED_RUNS = 16  # a page of overlaid curves stays readable; the answer stays under ~1 MB
 MAX_METRIC_CHARS = 200
 MAX_NAMES_SHOWN = 12  # names listed in an "unknown metric" line
 QUERY_KEYS = ("runs", "metric")
