@@ -87,7 +87,7 @@ def test_the_answer_is_what_the_runs_sent(dashboard: Dashboard, seeds: dict[str,
             sent = [(row["env_step"], row[metric]) for row in rows if row[metric] is not None]
             run = answer["runs"][run_dir.name]
             assert list(zip(run["steps"], run["values"], strict=True)) == sent, metric  # exactly, every update once
-            assert (run["name"], run["seed"], run["live"]) == ("Breakout", seed, {})
+            assert (run["name"], run["seed"], run["live"]) == ("Breakout · project", seed, {})
 
 
 @pytest.mark.slow
@@ -204,5 +204,5 @@ def test_runs_ticked_in_the_list_are_drawn_side_by_side(dashboard: Dashboard, se
     assert page["curves"] == {"score_mean_100": scored, "entropy": [a, b]}  # one curve per run that recorded it
     for row, seed, run_dir in zip(page["rows"], (1, 2), seeds["dirs"], strict=True):
         last = read_updates(run_dir / "updates.csv")[-1]
-        assert row == {"run": run_dir.name, "name": "Breakout", "seed": str(seed), "live": "—",
+        assert row == {"run": run_dir.name, "name": "Breakout · project", "seed": str(seed), "live": "—",
                        "last": {metric: last[metric] for metric in ("score_mean_100", "entropy")}}
