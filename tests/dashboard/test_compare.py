@@ -21,6 +21,7 @@ from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, ProbeRun, Process
 from dashboard.client import MAX_COMPARED_RUNS, compare_line
 from experiments.run.updates_csv import read_updates
 from experiments.seed_runs import dashboard_of
+from experiments.sweep import print_comparison
 
 # 2 games × 32 steps = 64 agent steps an update, 5 updates; short games give a score early.
 TINY = ["--backend", "serial", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "32",
@@ -142,6 +143,15 @@ def test_the_printed_address_leaves_credentials_out_and_caps_the_runs() -> None:
     assert dashboard_of(["--n-workers", "2", "--dashboard", "http://h:1"]) == "http://h:1"
     assert dashboard_of(["--dashboard=http://h:2"]) == "http://h:2"
     assert dashboard_of(["--dashboard", "none"]) is None and dashboard_of(["--seed", "3"]) is None
+
+
+def test_a_sweep_prints_the_page_of_the_trials_that_trained(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"run_uuid": "b" * 32, "updates": 5}, {"run_uuid": "a" * 32, "updates": 0},
+            {"run_uuid": "c" * 32, "status": "failed"}]  # ranked best first; Ray lost the third before it ran
+    print_comparison("http://127.0.0.1:5005/api/v1/default", rows)
+    print_comparison(None, rows)  # trials that reported to no dashboard
+    assert capsys.readouterr().out == (f"compare the 2 trials on the dashboard: http://127.0.0.1:5005/compare?runs="
+                                       f"{'b' * 32},{'a' * 32}\n")
 
 
 def test_the_runs_lists_ticks_stop_at_the_apis_cap() -> None:
