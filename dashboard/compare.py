@@ -5,8 +5,8 @@
 the metric's steps and values as the dashboard keeps them from what each run sent (labml-app
 keeps at most 1024 points a series; a longer run's older points are merged, as its run page shows
 them), `metrics` every metric the runs recorded (the score first), `seed` the run's seed (None
-when it has none), `live` each live hyperparameter whose value was changed while the run went:
-``{"start": …, "now": …}``.  Without `metric`, the score when a run recorded it, else the first
+when it has none), `live` each live hyperparameter the run now uses at another value than it
+started with: ``{"start": …, "now": …}``.  Without `metric`, the score when a run recorded it, else the first
 metric recorded.  A run that did not record the metric has empty steps and values.
 
 The answer is bounded: at most `MAX_COMPARED_RUNS` runs of at most 1024 points each.
@@ -84,15 +84,14 @@ def seed_of(configs: Mapping[str, Any]) -> int | None:
 
 
 def changed_live_values(configs: Mapping[str, Any], state: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The live hyperparameters changed while the run went: each one handed to the run by the
-    dashboard, or reported at another value than the run started with, as {"start", "now"}; "now"
-    is what the run last reported using (else its starting value: a change not applied yet is not
-    its value)."""
+    """The live hyperparameters the run last reported using at another value than it started with,
+    as {"start", "now"}: changed while it went (by hand, or at a population's exploit). A change
+    not applied yet is not its value."""
     changed = {}
     for key, spec in sorted(dynamic_specs(configs).items()):
         now = as_declared(spec, state["reported"].get(key))
-        if key in state["delivered"] or (now is not None and now != spec.default):
-            changed[key] = {"start": spec.default, "now": spec.default if now is None else now}
+        if now is not None and now != spec.default:
+            changed[key] = {"start": spec.default, "now": now}
     return changed
 
 

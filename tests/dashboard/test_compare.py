@@ -19,6 +19,7 @@ from browser import CHROMIUM, Browser
 from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, ProbeRun, Process
 
 from dashboard.client import MAX_COMPARED_RUNS, compare_line
+from dashboard.compare import changed_live_values, seed_of
 from experiments.run.updates_csv import read_updates
 from experiments.seed_runs import dashboard_of
 from experiments.sweep import print_comparison
@@ -143,6 +144,20 @@ def test_the_printed_address_leaves_credentials_out_and_caps_the_runs() -> None:
     assert dashboard_of(["--n-workers", "2", "--dashboard", "http://h:1"]) == "http://h:1"
     assert dashboard_of(["--dashboard=http://h:2"]) == "http://h:2"
     assert dashboard_of(["--dashboard", "none"]) is None and dashboard_of(["--seed", "3"]) is None
+
+
+def test_a_live_value_is_changed_when_the_run_uses_another_than_it_started_with() -> None:
+    def live(key: str, kind: str, default: float) -> dict[str, Any]:
+        return {"name": key, "computed": {"type": "DynamicSchedule", "default": default, "range": [0, 16],
+                                          "dynamic_type": kind}}
+
+    configs = {"epochs": live("epochs", "int", 4), "learning_rate": live("learning_rate", "float", 2.5e-4),
+               "clip_range": live("clip_range", "float", 0.1), "seed": {"name": "seed", "computed": 3}}
+    # labml reports every value as a float; a value handed out (delivered) or queued is not in use yet.
+    state = {"reported": {"epochs": 4.0, "learning_rate": 3e-4}, "delivered": {"epochs": 4, "clip_range": 0.2},
+             "pending": {"clip_range": 0.3}, "sent": {}}
+    assert changed_live_values(configs, state) == {"learning_rate": {"start": 2.5e-4, "now": 3e-4}}
+    assert seed_of(configs) == 3 and seed_of({"seed": {"computed": True}}) is None and seed_of({}) is None
 
 
 def test_a_sweep_prints_the_page_of_the_trials_that_trained(capsys: pytest.CaptureFixture[str]) -> None:
