@@ -185,9 +185,9 @@ def comparisons(dashboard: Dashboard, tmp: Path, out: Path, processes: list[Proc
     tiny = ["--n-workers", "1", "--envs-per-worker", "2", "--backend", "serial", "--epochs", "1", "--minibatches", "2",
             "--worker-steps", "32", "--max-episode-frames", "200", "--dashboard", dashboard.url]  # 64 agent steps an update
     seeds = Process([sys.executable, "-m", "experiments.curves", "--seeds", "1", "2", "3", "--jobs", "3", "--total-env-steps",
-                     "1280", "--budget", "1280", "--grid", "64", "--budgets", "1280", "--out", str(tmp / "curves"), *tiny], cwd=REPO)
-    population = Process([sys.executable, "-m", "experiments.pbt", "--population", "3", "--interval", "5",
-                          "--total-env-steps", "960", "--data-dir", str(tmp / "pbt"), *tiny], cwd=REPO)
+                     "768", "--budget", "768", "--grid", "64", "--budgets", "768", "--out", str(tmp / "curves"), *tiny], cwd=REPO)
+    population = Process([sys.executable, "-m", "experiments.pbt", "--population", "3", "--interval", "3",
+                          "--total-env-steps", "576", "--data-dir", str(tmp / "pbt"), *tiny], cwd=REPO)
     processes += [seeds, population]
     pages = {}
     for name, process in (("seeds", seeds), ("pbt", population)):
