@@ -169,6 +169,15 @@ def test_a_sweep_prints_the_page_of_the_trials_that_trained(capsys: pytest.Captu
                                        f"{'b' * 32},{'a' * 32}\n")
 
 
+def test_the_page_needs_nothing_from_outside(dashboard: Dashboard) -> None:
+    status, page = dashboard.request("GET", "/compare?runs=a,b&metrics=entropy")
+    assert status == 200 and '<script src="/_dashboard/compare.js" defer></script>' in page
+    assert "/_vendor/bootstrap-5.0.0-beta2/dist/css/bootstrap.min.css" in page
+    assert not re.search(r"(src|href)=\"(https?:)?//", page)  # every library local: the dashboard works offline
+    for name in ("compare.js", "compare.css", "compare-pick.js"):
+        assert dashboard.request("GET", f"/_dashboard/{name}")[0] == 200
+
+
 def test_the_runs_lists_ticks_stop_at_the_apis_cap() -> None:
     script = (REPO / "dashboard" / "static" / "compare-pick.js").read_text()
     assert re.search(r"const MAX_RUNS = (\d+);", script).group(1) == str(MAX_COMPARED_RUNS)  # type: ignore[union-attr]
