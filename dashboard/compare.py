@@ -6,8 +6,8 @@ the metric's steps and values as the dashboard keeps them from what each run sen
 keeps at most 1024 points a series; a longer run's older points are merged, as its run page shows
 them), `metrics` every metric the runs recorded (the score first), `seed` the run's seed (None
 when it has none), `live` each live hyperparameter the run now uses at another value than it
-started with: ``{"start": …, "now": …}``.  Without `metric`, the score when a run recorded it, else the first
-metric recorded.  A run that did not record the metric has empty steps and values.
+started with: ``{"start": …, "now": …}``.  Without `metric`, the score when a run recorded it,
+else the first metric recorded.  A run that did not record the metric has empty steps and values.
 
 The answer is bounded: at most `MAX_COMPARED_RUNS` runs of at most 1024 points each.
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
+from starlette.datastructures import QueryParams
 from starlette.routing import Route
 
 from dashboard.checks import RUN_UUID_RE
@@ -32,7 +33,7 @@ MAX_NAMES_SHOWN = 12  # names listed in an "unknown metric" line
 QUERY_KEYS = ("runs", "metric")
 
 
-def compare_query(params: Any) -> tuple[list[str], str | None]:
+def compare_query(params: QueryParams) -> tuple[list[str], str | None]:
     """(run uuids, metric or None) of a compare request's query parameters (a multi-dict)."""
     for key in params:
         if key not in QUERY_KEYS:

@@ -199,7 +199,8 @@ def comparisons(dashboard: Dashboard, tmp: Path, out: Path, processes: list[Proc
         for name, url in pages.items():
             browser.load(url)
             until(f"the comparison page of the {name}", lambda: browser.evaluate(
-                "document.body.dataset.loaded === 'yes' && document.querySelectorAll('.curve').length === 3"))
+                "document.body.dataset.loaded === 'yes' && document.querySelectorAll('.curve').length === 3"
+                " && document.fonts.status === 'loaded'"))  # the icons' font too
             save(browser, out / f"dashboard-compare-{name}.png", "document.querySelector('.page')", 1000)
 
 

@@ -32,10 +32,10 @@ function el(tag, attrs, text, ns) {
     return node;
 }
 
-function fmt(v) {
-    const a = Math.abs(v);
-    if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(3);
-    return String(Number(v.toPrecision(4)));
+function fmt(v) {  // 4 significant digits, as the terminal writes them: 0.00025, 12.5, 3e-05
+    const shown = Number(v.toPrecision(4));
+    const a = Math.abs(shown);
+    return a !== 0 && (a < 1e-4 || a >= 1e6) ? shown.toExponential() : String(shown);
 }
 
 function stepText(v) {
