@@ -196,8 +196,10 @@ def wait(browser: Browser, expression: str) -> bool:
 
 def click(browser: Browser, selector: str) -> None:
     """A real mouse click at the middle of the element (as a person's, not a script's `click()`)."""
-    x, y = browser.evaluate(f"(() => {{ const r = document.querySelector({selector!r}).getBoundingClientRect();"
-                            " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+    found = browser.evaluate(f"(() => {{ const e = document.querySelector({selector!r}); if (!e) return null;"
+                             " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+    assert found is not None, f"no {selector} on {browser.evaluate('location.href')}"
+    x, y = found
     for kind in ("mousePressed", "mouseReleased"):
         browser.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1})
 
