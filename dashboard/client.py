@@ -1,5 +1,6 @@
 """The dashboard's HTTP API for the commands that steer runs through it (`tweak`, `pbt`):
-`get_hyperparams` / `set_hyperparams`. A training run reaches the dashboard through labml's own
+`get_hyperparams` / `set_hyperparams`; and `compare_line`, the comparison page's address that
+sweeps, populations and seed runs print. A training run reaches the dashboard through labml's own
 sender instead (experiments/run/labml/)."""
 
 from __future__ import annotations
@@ -8,8 +9,12 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from configs.urls import dashboard_page, split_credentials
+
+MAX_COMPARED_RUNS = 16  # runs on one comparison page (its API's cap): their curves stay readable
 
 Number = int | float
 
@@ -20,6 +25,16 @@ class DashboardError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+def compare_line(dashboard: str, run_uuids: Sequence[str], runs: str) -> str:
+    """The line a command that started `runs` (e.g. "trials") prints to show them side by side: the
+    comparison page of the first `MAX_COMPARED_RUNS` of them on `dashboard` (its address, or labml's
+    app_url), without any credentials the address holds."""
+    base = dashboard_page(split_credentials(dashboard)[0])
+    shown = run_uuids[:MAX_COMPARED_RUNS]
+    which = f"the {len(shown)} {runs}" if len(shown) == len(run_uuids) else f"the first {len(shown)} of {len(run_uuids)} {runs}"
+    return f"compare {which} on the dashboard: {base}/compare?runs={','.join(urllib.parse.quote(u, safe='') for u in shown)}"
 
 
 def _api(dashboard_url: str, run_uuid: str) -> str:

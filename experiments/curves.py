@@ -8,6 +8,9 @@ then writes, into `--out`:
 * `curves.png`: mean (line) and min–max over seeds (band) against agent steps, one colour per label;
 * `table.md`: the score at fixed budgets, mean ± std over seeds and each seed's value.
 
+Runs trained with `--dashboard URL` (passed on to each) report to that dashboard; the last line
+printed is then the address of their comparison page there.
+
 The std is numpy's (ddof 0): the spread of these seeds about their mean. As an estimate of the
 spread of seeds in general it is low by √(n / (n − 1)), 1.22 times for 3 seeds; the table shows
 every seed so that either can be worked out.
@@ -38,7 +41,7 @@ from configs.fields import MAX_ENV_STEPS, MAX_SEED
 from configs.grouping import usable_cores
 from configs.terminal import escaped
 from experiments.run.games_csv import GameRow, read_games
-from experiments.seed_runs import seed_run, train_seeds
+from experiments.seed_runs import print_comparison, seed_run, train_seeds
 from experiments.seed_stats import compare
 
 DEFAULT_BUDGETS = (100_000, 250_000, 500_000, 1_000_000)
@@ -303,6 +306,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     (out / "table.md").write_text(markdown)
     print(escaped(markdown, lines=True), end="")  # machines read from the runs' summary.json
     print(f"curves: wrote {out / 'curves.csv'}, {out / 'curves.png'}, {out / 'table.md'}")
+    if not args.runs:
+        print_comparison(extra, groups["project"])
     return 0
 
 

@@ -13,7 +13,7 @@ run uuid: with `--data-dir` on storage every node sees, it resumes from its last
 
 At the end: a table of trials sorted by their final full-game score (`score_mean_100`), also
 written as CSV (`--csv`, default `<data_dir>/<name>/sweep-<time>.csv`), whose path is the last
-line printed. Exit code 0 when every trial completed, 1 otherwise.
+line printed; with `--dashboard`, the line before it is the address of the trials' comparison page. Exit code 0 when every trial completed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -181,6 +181,15 @@ def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
             writer.writerow({**r, "rank": rank, SCORE: r.get("score")})
 
 
+def print_comparison(dashboard: str | None, rows: list[dict[str, Any]]) -> None:
+    """The dashboard's comparison page of the trials that trained (best first), when they reported to one."""
+    trained = [r["run_uuid"] for r in rows if r.get("updates") is not None]  # a trial Ray lost never reached it
+    if dashboard and trained:
+        from dashboard.client import compare_line
+
+        print(compare_line(dashboard, trained, "trials"), flush=True)
+
+
 def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], PPOConfig, list[dict[str, Any]], float, str | None]:
     """Everything a sweep will run, checked before anything starts: (search space, the settings
     every trial shares, their config, the trials, CPUs per trial, the cluster's address)."""
@@ -267,6 +276,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     print()
     print(escaped(table(rows, names), lines=True))
     write_csv(csv_path, rows, names)
+    print_comparison(fixed.get("dashboard"), rows)
     print(csv_path, flush=True)
     return 0 if all(r.get("status") == "completed" for r in rows) else 1
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -135,6 +136,10 @@ def test_ctrl_c_stops_every_member_with_a_checkpoint_and_leaves_nothing(populati
     assert first["code"] == 130, first["stderr"][-3000:]
     assert "go on with: python -m experiments.pbt --resume" in first["stderr"]
     assert first["stdout"].strip().splitlines()[-1] == str(population["folder"] / "lineage.csv")
+    # The members' comparison page on the private dashboard, while it runs (it stops with the population).
+    members = ",".join(m["run_uuid"] for m in population["members"])
+    assert re.search(rf"^  compare the 2 members on the dashboard: http://127\.0\.0\.1:\d+/compare\?runs={members}$",
+                     first["stderr"], re.MULTILINE), first["stderr"][:3000]
     assert first["checkpoints"] == [True, True]
     assert first["leftovers"] == []  # no Ray process, no member, no dashboard
 

@@ -25,7 +25,7 @@ import numpy as np
 from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args, spell_game
 from configs.ppo import ConfigError
 from configs.terminal import escaped
-from dashboard.client import DashboardError, set_hyperparams
+from dashboard.client import DashboardError, compare_line, set_hyperparams
 from experiments.pbt.explore import DEFAULT_EXPLORED, changes_text, check_explored, exploit
 from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
 from experiments.pbt.population import PrivateDashboard, run_segment
@@ -188,6 +188,7 @@ def _run(population: Population, address: str | None) -> int:
             f"(to update {population.last_update}); exploring {', '.join(population.explore)}; folder {folder}\n"
             f"  dashboard {population.fixed['dashboard']}; members (tweak them by hand with python -m experiments.tweak): "
             + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members)))
+        say_comparison(population)
         try:
             try:
                 fits = connect(address, population.cpus_per_member)
@@ -223,8 +224,15 @@ def _run(population: Population, address: str | None) -> int:
             code = 1
         finally:
             ray.shutdown()  # a private instance stops; a cluster is only disconnected from
+    if not population.private_dashboard and population.generation > 0:  # a private one has stopped with it
+        say_comparison(population)
     print(lineage, flush=True)
     return code
+
+
+def say_comparison(population: Population) -> None:
+    """The members' comparison page on the dashboard (a member shows there once its first segment starts)."""
+    say("  " + compare_line(population.fixed["dashboard"], [m["run_uuid"] for m in population.members], "members"))
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
