@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.run.folders import find_run, running_pid
 from experiments.sweep import run_trial
 
 STATE = "population.json"
@@ -60,6 +59,8 @@ class Population:
         return [*range(self.interval, self.last_update, self.interval), self.last_update]
 
     def run_dir(self, member: int) -> Path | None:
+        from experiments.run.folders import find_run  # torch: not for --help (experiments/pbt/cli.py)
+
         return find_run(Path(self.fixed["data_dir"]), self.members[member]["run_uuid"])
 
     def summary(self, member: int) -> dict[str, Any]:
@@ -74,6 +75,8 @@ def run_member(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     """One member's segment (a Ray task in a fresh process): resume the run, or start it, until
     `stop_after_env_steps`. The process of its previous segment may still be exiting after it
     returned; the run is resumed once that process has let go of it."""
+    from experiments.run.folders import find_run, running_pid
+
     run_dir = find_run(Path(overrides["data_dir"]), run_uuid)
     deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)
     while run_dir is not None and running_pid(run_dir) not in (None, os.getpid()) and time.monotonic() < deadline:
