@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from configs.fields import Within
+from configs.grouping import grouped_unless_chosen
 from configs.ppo import SECTIONS, ConfigError, PPOConfig, config_fields, section_of, validate
 from configs.version import NAME, VERSION
 
@@ -36,21 +37,50 @@ ALIASES = {
 }
 
 
-def usage_error(message: str, prog: str | None = None) -> NoReturn:
-    """Print one `error:` line on stderr (starting with `prog: ` when given) and exit with code 2."""
-    prefix = f"{prog}: " if prog else ""
-    print(f"{prefix}error: {message}", file=sys.stderr)
-    raise SystemExit(USAGE_ERROR)
+def error_line(message: str) -> str:
+    """The one shape of every command's refusal and error, `error: MESSAGE`, where MESSAGE names
+    what was wrong the way a bad option does: `--option VALUE: expected WHAT IS ACCEPTED`."""
+    return f"error: {message}"
 
 
-def fail(message: str) -> NoReturn:
-    """`usage_error` without a program name: the form the training commands print."""
-    usage_error(message)
+def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
+    """Print `error_line(message)` on stderr and exit: code 2 for bad input (argparse's), 1 for a
+    failure found once the input was accepted (a dashboard that cannot be reached)."""
+    print(error_line(message), file=sys.stderr, flush=True)
+    raise SystemExit(code)
 
 
 def bad_value(option: str, value: Any, accepted: str) -> NoReturn:
     """The one line for a value an option does not take: `error: OPTION VALUE: expected ACCEPTED`."""
     fail(f"{option} {value}: expected {accepted}")
+
+
+def _invalid_choice(m: re.Match[str]) -> str:
+    choices = m[3].replace("'", "")  # quoted or bare, as the Python version writes them
+    return f"{m[1]} {_shown(m[2])}: expected one of {choices}"
+
+
+def _invalid_number(m: re.Match[str]) -> str:
+    return f"{m[1]} {_shown(m[3])}: expected {'an integer' if m[2] == 'int' else 'a number'}"
+
+
+# argparse's own messages, in this project's shape (`OneLineParser.error`): (pattern, replacement).
+_ARGPARSE_MESSAGES: tuple[tuple[str, str | typing.Callable[[re.Match[str]], str]], ...] = (
+    # `int_in`/`float_in`: "argument --seeds: x: expected …" → "--seeds x: expected …"
+    (r"^argument ([^:\s/]+)(?:/\S+)?: (?=\S.*: expected )", r"\1 "),
+    # "argument --peer: invalid choice: 'x' (choose from 'none', 'sb3')" → "--peer x: expected one of none, sb3"
+    (r"^argument ([^:\s/]+)(?:/\S+)?: invalid choice: '(.*)' \(choose from (.*)\)$", _invalid_choice),
+    # "argument --population: invalid int value: 'x'" → "--population x: expected an integer"
+    (r"^argument ([^:\s/]+)(?:/\S+)?: invalid (int|float) value: '(.*)'$", _invalid_number),
+    # "argument --games: expected one argument" → "--games: expected a value after it"
+    (r"^argument ([^:\s/]+)(?:/\S+)?: expected (?:one|at least one) argument$", r"\1: expected a value after it"),
+    # "argument --sample: not allowed with argument --greedy" → "--sample: expected either --greedy or --sample, not both"
+    (r"^argument ([^:\s/]+)(?:/\S+)?: not allowed with argument (\S+)$", r"\1: expected either \2 or \1, not both"),
+    # "the following arguments are required: RUN_UUID" → "RUN_UUID: expected a value, none given"
+    (r"^the following arguments are required: (.*)$", r"\1: expected a value, none given"),
+    # anything else argparse says of one argument: "argument --x: …" → "--x: …"
+    (r"^argument ([^:\s/]+)(?:/\S+)?: ", r"\1: "),
+)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -76,15 +106,13 @@ class OneLineParser(argparse.ArgumentParser):
     every option may also be spelt with underscores (`--learning_rate`, not shown in --help); an
     unknown option is answered with the nearest known one; `--version` prints the version.
 
-    With `name_in_errors=True` the line starts with the program's name (``tweak: error: ...``),
-    as the dashboard's commands print it; `fail` reports the checks done after parsing alike.
+    Every error is one `error_line`, as every check done after parsing reports (`fail`).
     """
 
-    def __init__(self, *args: Any, name_in_errors: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         kwargs.setdefault("allow_abbrev", False)  # `--lr` must not quietly mean some `--lr…` option
         super().__init__(*args, **kwargs)
-        self.name_in_errors = name_in_errors
         # argparse only takes "-5" or "-.5" as values; "-1e-4" would be read as an unknown flag.
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.I)
         self.add_argument("--version", action="version", version=f"{NAME} {VERSION}", help="print the version and exit")
@@ -126,13 +154,13 @@ class OneLineParser(argparse.ArgumentParser):
         return f"{message}; did you mean {guess}?" if guess else message
 
     def error(self, message: str) -> NoReturn:
-        # argparse's "argument --seeds: x: expected …" (from `int_in`/`float_in`) as this
-        # project's "--seeds x: expected …"; its own "invalid choice: …" as "--peer invalid choice: …".
-        self.fail(re.sub(r"^argument (--[a-z0-9-]+)(?:/\S+)?: ", r"\1 ", message))
+        for pattern, replacement in _ARGPARSE_MESSAGES:
+            message = re.sub(pattern, replacement, message)
+        self.fail(message)
 
     def fail(self, message: str) -> NoReturn:
         """Report a bad value found after parsing the way argparse's own errors are reported."""
-        usage_error(message, self.prog if self.name_in_errors else None)
+        fail(message)
 
 
 def _shown(text: str) -> str:
@@ -288,14 +316,19 @@ def parse_config(argv: Sequence[str] | None, prog: str, description: str,
                  canonical_game: typing.Callable[[str], str | None] | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
     """Parse, convert and validate; exits with one line on any bad input. `canonical_game` is the
     game package's spelling of a game name (None: not a game), passed in because this package
-    imports nothing of the emulator's; without it the name is not checked."""
+    imports nothing of the emulator's; without it the name is not checked.
+
+    The config is the one a new run here would train with: its games grouped by this machine's
+    cores unless the command line chose (`grouped_unless_chosen`), and checked so, so that a refusal
+    describes the batch as the run would make it (`--minibatches 3` on 2 cores: 2 × 4 games, not 8 × 1)."""
     parser = build_parser(prog, description)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         overrides = spell_game(overrides_from_args(args), canonical_game)
-        config = config_from_overrides(overrides, game_exists=None if canonical_game is None else _spelt_as(canonical_game))
+        chosen = PPOConfig.from_dict({**PPOConfig().to_dict(), **overrides})
+        config = validate(grouped_unless_chosen(chosen, overrides), None if canonical_game is None else _spelt_as(canonical_game))
     except ConfigError as e:
         fail(str(e))
     return config, args, overrides
@@ -323,12 +356,12 @@ __all__ = [
     "build_parser",
     "config_from_overrides",
     "docstring_help",
+    "error_line",
     "fail",
     "float_in",
     "int_in",
     "overrides_from_args",
     "parse_config",
     "spell_game",
-    "usage_error",
     "value_converter",
 ]
