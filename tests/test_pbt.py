@@ -232,13 +232,14 @@ def test_explore_stays_in_the_configs_ranges(values: dict[str, Any], low: dict[s
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--population", "1", "--interval", "2"], "--population 1: expected an integer from 2 to 1024"),
-    (["--population", "1025", "--interval", "2"], "--population 1025: expected an integer from 2 to 1024"),
-    (["--interval", "2"], "--population None: expected an integer from 2 to 1024"),
+    (["--population", "1", "--interval", "2"], "--population 1: expected an integer from 2 to 1_024"),
+    (["--population", "1025", "--interval", "2"], "--population 1025: expected an integer from 2 to 1_024"),
+    (["--interval", "2"], "--population: expected an integer from 2 to 1_024, none given"),
+    (["--population", "2"], "--interval: expected a number of updates, none given"),
     (["--population", "2", "--interval", "2", "--cpus-per-member", "nan"], "--cpus-per-member nan: expected a number > 0"),
     (["--population", "2", "--interval", "2", "--cpus-per-member", "0"], "--cpus-per-member 0: expected a number > 0"),
     (["--population", "2", "--interval", "2", "--max-retries", "-1"], "--max-retries -1: expected an integer from 0 to 100"),
-    (["--population", "2", "--interval", "0"], "--interval 0: expected an integer ≥ 1"),
+    (["--population", "2", "--interval", "0"], "--interval 0: expected an integer from 1 to 1_000_000_000"),
     (["--population", "2", "--interval", "6"], "--interval 6: expected an integer from 1 to 5"),
     (["--population", "2", "--interval", "2", "--explore", "gamma"], "--explore gamma: expected distinct live"),
     (["--resume", "/nonexistent/pbt-x"], "--resume /nonexistent/pbt-x: expected a population folder (one holding population.json)"),
