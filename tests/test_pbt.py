@@ -358,12 +358,18 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
     finally:  # a failed wait above must leave nothing running: the population's own stop first
         stop_for_good(process, cli)
     return {"code": process.returncode, "stdout": out, "stderr": err, "tweak": tweak, "killed": killed,
-            "folder": state_file.parent, "run_dirs": run_dirs, "leftovers": leftovers}
+            "folder": state_file.parent, "run_dirs": run_dirs, "leftovers": leftovers, "dashboard": url}
 
 
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_person_tweaks_a_member_by_hand_while_the_population_runs(tweaked_killed_stopped: dict[str, Any]) -> None:
+    # The command the population prints for it, with its private dashboard's address (the one the tweak used);
+    # and not Ray's notice about the token of the private Ray instance, which asks nothing of the person.
+    err = tweaked_killed_stopped["stderr"]
+    assert ("  tweak a member by hand (while the population runs: its dashboard ends with it): python -m experiments.tweak "
+            f"--dashboard {tweaked_killed_stopped['dashboard']} RUN_UUID NAME=VALUE\n") in err, err[:3000]
+    assert "Token authentication" not in err
     tweak = tweaked_killed_stopped["tweak"]
     assert tweak.returncode == 0, tweak.stderr
     member_0 = tweaked_killed_stopped["run_dirs"][0]
