@@ -20,9 +20,8 @@ from typing import Any, NoReturn
 from configs.fields import Within
 from configs.grouping import grouped_unless_chosen
 from configs.ppo import SECTIONS, ConfigError, PPOConfig, config_fields, section_of, validate
+from configs.refusals import ARGPARSE_MESSAGES, USAGE_ERROR, bad_value, error_line, fail, shown
 from configs.version import NAME, VERSION
-
-USAGE_ERROR = 2  # the exit code of a bad command line, as argparse uses it
 
 # What other PPO code (SB3, CleanRL, baselines) calls some options: difflib's nearest spelling
 # would not find `--learning-rate` from `--lr`, so these are looked up first.
@@ -35,52 +34,6 @@ ALIASES = {
     "n-envs": "n-workers", "num-envs": "n-workers", "num-workers": "n-workers", "total-timesteps": "total-env-steps",
     "env": "game", "env-id": "game", "eps": "adam-eps", "norm-adv": "normalize-advantages", "max-grad": "max-grad-norm",
 }
-
-
-def error_line(message: str) -> str:
-    """The one shape of every command's refusal and error, `error: MESSAGE`, where MESSAGE names
-    what was wrong the way a bad option does: `--option VALUE: expected WHAT IS ACCEPTED`."""
-    return f"error: {message}"
-
-
-def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
-    """Print `error_line(message)` on stderr and exit: code 2 for bad input (argparse's), 1 for a
-    failure found once the input was accepted (a dashboard that cannot be reached)."""
-    print(error_line(message), file=sys.stderr, flush=True)
-    raise SystemExit(code)
-
-
-def bad_value(option: str, value: Any, accepted: str) -> NoReturn:
-    """The one line for a value an option does not take: `error: OPTION VALUE: expected ACCEPTED`."""
-    fail(f"{option} {value}: expected {accepted}")
-
-
-def _invalid_choice(m: re.Match[str]) -> str:
-    choices = m[3].replace("'", "")  # quoted or bare, as the Python version writes them
-    return f"{m[1]} {_shown(m[2])}: expected one of {choices}"
-
-
-def _invalid_number(m: re.Match[str]) -> str:
-    return f"{m[1]} {_shown(m[3])}: expected {'an integer' if m[2] == 'int' else 'a number'}"
-
-
-# argparse's own messages, in this project's shape (`OneLineParser.error`): (pattern, replacement).
-_ARGPARSE_MESSAGES: tuple[tuple[str, str | typing.Callable[[re.Match[str]], str]], ...] = (
-    # `int_in`/`float_in`: "argument --seeds: x: expected …" → "--seeds x: expected …"
-    (r"^argument ([^:\s/]+)(?:/\S+)?: (?=\S.*: expected )", r"\1 "),
-    # "argument --peer: invalid choice: 'x' (choose from 'none', 'sb3')" → "--peer x: expected one of none, sb3"
-    (r"^argument ([^:\s/]+)(?:/\S+)?: invalid choice: '(.*)' \(choose from (.*)\)$", _invalid_choice),
-    # "argument --population: invalid int value: 'x'" → "--population x: expected an integer"
-    (r"^argument ([^:\s/]+)(?:/\S+)?: invalid (int|float) value: '(.*)'$", _invalid_number),
-    # "argument --games: expected one argument" → "--games: expected a value after it"
-    (r"^argument ([^:\s/]+)(?:/\S+)?: expected (?:one|at least one) argument$", r"\1: expected a value after it"),
-    # "argument --sample: not allowed with argument --greedy" → "--sample: expected either --greedy or --sample, not both"
-    (r"^argument ([^:\s/]+)(?:/\S+)?: not allowed with argument (\S+)$", r"\1: expected either \2 or \1, not both"),
-    # "the following arguments are required: RUN_UUID" → "RUN_UUID: expected a value, none given"
-    (r"^the following arguments are required: (.*)$", r"\1: expected a value, none given"),
-    # anything else argparse says of one argument: "argument --x: …" → "--x: …"
-    (r"^argument ([^:\s/]+)(?:/\S+)?: ", r"\1: "),
-)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -154,18 +107,13 @@ class OneLineParser(argparse.ArgumentParser):
         return f"{message}; did you mean {guess}?" if guess else message
 
     def error(self, message: str) -> NoReturn:
-        for pattern, replacement in _ARGPARSE_MESSAGES:
+        for pattern, replacement in ARGPARSE_MESSAGES:
             message = re.sub(pattern, replacement, message)
         self.fail(message)
 
     def fail(self, message: str) -> NoReturn:
         """Report a bad value found after parsing the way argparse's own errors are reported."""
         fail(message)
-
-
-def _shown(text: str) -> str:
-    """A value as an error line shows it: as typed, or quoted where that would hide it ('' or a newline)."""
-    return text if text.strip() == text and text.isprintable() and text else repr(text)
 
 
 def int_in(low: int, high: int) -> typing.Callable[[str], int]:
@@ -178,7 +126,7 @@ def int_in(low: int, high: int) -> typing.Callable[[str], int]:
         except ValueError:
             value = None
         if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected an integer from {low:_} to {high:_}")
+            raise argparse.ArgumentTypeError(f"{shown(text)}: expected an integer from {low:_} to {high:_}")
         return value
     return parse
 
@@ -191,7 +139,7 @@ def float_in(low: float, high: float, low_open: bool = False) -> typing.Callable
         except ValueError:
             value = math.nan
         if not ((low < value if low_open else low <= value) and value <= high):  # NaN fails both
-            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected a number {'>' if low_open else '≥'} {low:g} and ≤ {high:g}")
+            raise argparse.ArgumentTypeError(f"{shown(text)}: expected a number {'>' if low_open else '≥'} {low:g} and ≤ {high:g}")
         return value
     return parse
 
@@ -353,6 +301,7 @@ def _plain(markdown: str) -> str:
 __all__ = [
     "USAGE_ERROR",
     "OneLineParser",
+    "bad_value",
     "build_parser",
     "config_from_overrides",
     "docstring_help",

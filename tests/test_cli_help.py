@@ -78,16 +78,17 @@ def test_the_commands_are_all_probed() -> None:
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_help_and_a_refusal_answer_without_torch_ray_or_labml(command: str, tmp_path: Path) -> None:
-    """Every command, through the dispatcher and its own module: --help, then one bad option, each
-    answered with the heavy libraries unimportable (a command that reached for one fails here)."""
+    """Every command: --help, through the dispatcher and its own module (each imports the module its
+    own way), then one bad option, each answered with the heavy libraries unimportable (a command
+    that reached for one fails here)."""
     for module, args in (("experiments", [command]), (COMMANDS[command].module, [])):
         helped, probe = probed(tmp_path, module, *args, "--help")
         assert probe == {"code": 0, "attempted": [], "loaded": []}, (module, probe, helped.stderr[-2000:])
         assert helped.stdout.startswith("usage: ") and helped.stderr == ""
-        option, line = REFUSALS[command]
-        refused, probe = probed(tmp_path, module, *args, *option)
-        assert probe == {"code": 2, "attempted": [], "loaded": []}, (module, probe, refused.stderr[-2000:])
-        assert refused.stdout == "" and refused.stderr == line + "\n", refused.stderr
+    option, line = REFUSALS[command]
+    refused, probe = probed(tmp_path, "experiments", command, *option)
+    assert probe == {"code": 2, "attempted": [], "loaded": []}, (probe, refused.stderr[-2000:])
+    assert refused.stdout == "" and refused.stderr == line + "\n", refused.stderr
 
 
 def test_the_dispatcher_and_the_sb3_peer_answer_without_torch_ray_or_labml(tmp_path: Path) -> None:
