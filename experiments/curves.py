@@ -183,9 +183,10 @@ def undrawn_notes(curves: Sequence[Curve], spans: Mapping[str, int], grid: int) 
     (a --budgets step within its runs can be one)."""
     def points(c: Curve) -> int:
         return int(np.any(~np.isnan(c.scores), axis=0).sum())
+    def remedy(span: int) -> str:
+        return f"; --grid {span} or less draws it" if span > 0 else ""
     return [f"{c.label}: no curve drawn, its runs reach {spans[c.label]:,} agent steps, less than one --grid step "
-            f"({grid:,}); --grid {spans[c.label]} or less draws it"
-            for c in curves if spans[c.label] < grid and points(c) < 2]
+            f"({grid:,}){remedy(spans[c.label])}" for c in curves if spans[c.label] < grid and points(c) < 2]
 
 
 def plot(curves: Sequence[Curve], path: Path, title: str) -> None:
