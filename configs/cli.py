@@ -20,10 +20,8 @@ from typing import Any, NoReturn
 from configs.fields import Within
 from configs.launch import launch_config
 from configs.ppo import SECTIONS, ConfigError, PPOConfig, check_field, config_fields, section_of, validate
-from configs.terminal import escaped
+from configs.refusals import ARGPARSE_MESSAGES, USAGE_ERROR, bad_value, error_line, fail, shown
 from configs.version import NAME, VERSION
-
-USAGE_ERROR = 2  # the exit code of a bad command line, as argparse uses it
 
 # What other PPO code (SB3, CleanRL, baselines) calls some options: difflib's nearest spelling
 # would not find `--learning-rate` from `--lr`, so these are looked up first.
@@ -36,24 +34,6 @@ ALIASES = {
     "n-envs": "n-workers", "num-envs": "n-workers", "num-workers": "n-workers", "total-timesteps": "total-env-steps",
     "env": "game", "env-id": "game", "eps": "adam-eps", "norm-adv": "normalize-advantages", "max-grad": "max-grad-norm",
 }
-
-
-def usage_error(message: str, prog: str | None = None) -> NoReturn:
-    """Print one `error:` line on stderr (starting with `prog: ` when given) and exit with code 2.
-    The message may quote a file, a checkpoint or a dashboard: its control characters are escaped."""
-    prefix = f"{prog}: " if prog else ""
-    print(f"{prefix}error: {escaped(message)}", file=sys.stderr)
-    raise SystemExit(USAGE_ERROR)
-
-
-def fail(message: str) -> NoReturn:
-    """`usage_error` without a program name: the form the training commands print."""
-    usage_error(message)
-
-
-def bad_value(option: str, value: Any, accepted: str) -> NoReturn:
-    """The one line for a value an option does not take: `error: OPTION VALUE: expected ACCEPTED`."""
-    fail(f"{option} {value}: expected {accepted}")
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -79,15 +59,13 @@ class OneLineParser(argparse.ArgumentParser):
     every option may also be spelt with underscores (`--learning_rate`, not shown in --help); an
     unknown option is answered with the nearest known one; `--version` prints the version.
 
-    With `name_in_errors=True` the line starts with the program's name (``tweak: error: ...``),
-    as the dashboard's commands print it; `fail` reports the checks done after parsing alike.
+    Every error is one `error_line`, as every check done after parsing reports (`fail`).
     """
 
-    def __init__(self, *args: Any, name_in_errors: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         kwargs.setdefault("allow_abbrev", False)  # `--lr` must not quietly mean some `--lr…` option
         super().__init__(*args, **kwargs)
-        self.name_in_errors = name_in_errors
         # argparse only takes "-5" or "-.5" as values; "-1e-4" would be read as an unknown flag.
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.I)
         self.add_argument("--version", action="version", version=f"{NAME} {VERSION}", help="print the version and exit")
@@ -129,18 +107,13 @@ class OneLineParser(argparse.ArgumentParser):
         return f"{message}; did you mean {guess}?" if guess else message
 
     def error(self, message: str) -> NoReturn:
-        # argparse's "argument --seeds: x: expected …" (from `int_in`/`float_in`) as this
-        # project's "--seeds x: expected …"; its own "invalid choice: …" as "--peer invalid choice: …".
-        self.fail(re.sub(r"^argument (--[a-z0-9-]+)(?:/\S+)?: ", r"\1 ", message))
+        for pattern, replacement in ARGPARSE_MESSAGES:
+            message = re.sub(pattern, replacement, message)
+        self.fail(message)
 
     def fail(self, message: str) -> NoReturn:
         """Report a bad value found after parsing the way argparse's own errors are reported."""
-        usage_error(message, self.prog if self.name_in_errors else None)
-
-
-def _shown(text: str) -> str:
-    """A value as an error line shows it: as typed, or quoted where that would hide it ('' or a newline)."""
-    return text if text.strip() == text and text.isprintable() and text else repr(text)
+        fail(message)
 
 
 def int_in(low: int, high: int) -> typing.Callable[[str], int]:
@@ -153,7 +126,7 @@ def int_in(low: int, high: int) -> typing.Callable[[str], int]:
         except ValueError:
             value = None
         if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected an integer from {low:_} to {high:_}")
+            raise argparse.ArgumentTypeError(f"{shown(text)}: expected an integer from {low:_} to {high:_}")
         return value
     return parse
 
@@ -166,7 +139,7 @@ def float_in(low: float, high: float, low_open: bool = False) -> typing.Callable
         except ValueError:
             value = math.nan
         if not ((low < value if low_open else low <= value) and value <= high):  # NaN fails both
-            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected a number {'>' if low_open else '≥'} {low:g} and ≤ {high:g}")
+            raise argparse.ArgumentTypeError(f"{shown(text)}: expected a number {'>' if low_open else '≥'} {low:g} and ≤ {high:g}")
         return value
     return parse
 
@@ -344,15 +317,18 @@ def _plain(markdown: str) -> str:
 __all__ = [
     "USAGE_ERROR",
     "OneLineParser",
+    "bad_value",
     "build_parser",
     "config_from_overrides",
     "docstring_help",
+    "error_line",
     "fail",
     "float_in",
+    "game_check",
     "int_in",
     "overrides_from_args",
     "parse_config",
+    "parse_overrides",
     "spell_game",
-    "usage_error",
     "value_converter",
 ]

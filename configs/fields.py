@@ -82,6 +82,15 @@ MAX_WORKERS = 4096  # worker processes or Ray actors of one run; a local run is 
 MAX_THREADS = 256  # torch's thread pools: far past any machine's cores (100,000 crashes the process)
 MAX_PATH = 4096  # Linux's PATH_MAX; one name in it at most 255 bytes (NAME_MAX)
 
+# Greedy (argmax) evaluation takes a uniformly random action with this probability. Without
+# sticky actions the ALE is deterministic, so a pure argmax policy can lock into a loop (the
+# paddle parked while the ball bounces in a cycle that never scores) and N greedy games that draw
+# the same no-op count are identical. A little ε breaks both; the Atari literature evaluates
+# with ε between 0.001 (Rainbow and later) and 0.05 (Mnih et al. 2015). 0.01 barely moves
+# Breakout scores. Sampled play is already stochastic and uses ε = 0 by default. Here, not in
+# ppo/evaluation, so that `evaluate --help` shows it without loading torch.
+DEFAULT_GREEDY_EPSILON = 0.01
+
 
 def folder_path(v: Any) -> str | None:
     """A path the run can create: not empty, no NUL, at most MAX_PATH bytes, each name ≤ 255 bytes."""

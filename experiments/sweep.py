@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, float_in, int_in, overrides_from_args, spell_game
+from configs.cli import OneLineParser, build_parser, config_from_overrides, error_line, fail, float_in, int_in, overrides_from_args, spell_game
 from configs.fields import MAX_SEED, MAX_WORKERS
 from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
@@ -265,7 +265,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     try:
         signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)  # kept through ray.init by `connect`
         if not connect(address, cpus):
-            print(f"error: --cpus-per-trial {cpus:g}: no node of the cluster at {address} has that many CPUs", file=sys.stderr)
+            print(error_line(f"--cpus-per-trial {cpus:g}: expected at most the CPUs of one node of the cluster at {address}"),
+                  file=sys.stderr)
             return 2
         rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log))
     except KeyboardInterrupt:

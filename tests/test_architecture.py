@@ -103,9 +103,14 @@ def test_the_training_command_reads_its_command_line_before_it_loads_the_learner
     for argv, code in ((["--help"], "0"), (["--epochs", "0"], "2")):
         answer = subprocess.run([sys.executable, "-c", probe, *argv], cwd=REPO, capture_output=True, text=True, check=True)
         assert answer.stdout.split()[-3:] == [code, "False", "False"], (argv, answer.stdout[-500:], answer.stderr[-500:])
-    # An accepted command line loads torch (the probe sees it), here to look for a run that is not
-    # there; labml only once the run starts (experiments/run/labml/).
-    accepted = subprocess.run([sys.executable, "-c", probe, "--resume", "f" * 32, "--data-dir", str(tmp_path)],
+    # A resume of a run that is not there is refused before torch loads too.
+    missing = subprocess.run([sys.executable, "-c", probe, "--resume", "f" * 32, "--data-dir", str(tmp_path)],
+                             cwd=REPO, capture_output=True, text=True, check=True)
+    assert missing.stdout.split()[-3:] == ["2", "False", "False"], missing.stderr[-500:]
+    # An accepted command line loads torch (the probe sees it): here its device is checked, and its
+    # data dir found to be a file; labml only once the run starts (experiments/run/labml/).
+    (not_a_folder := tmp_path / "file").write_text("")
+    accepted = subprocess.run([sys.executable, "-c", probe, "--data-dir", str(not_a_folder)],
                               cwd=REPO, capture_output=True, text=True, check=True)
     assert accepted.stdout.split()[-3:] == ["2", "True", "False"], accepted.stderr[-500:]
 

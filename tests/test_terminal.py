@@ -1,12 +1,12 @@
 """`configs.terminal.escaped`, the one function every command passes text from outside through
 before it reaches a terminal, and the two places every one-line error and every message of a
-training run go through it (`configs.cli.usage_error`, `experiments.run.console.say`)."""
+training run go through it (`configs.refusals.fail`, `experiments.run.console.say`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from configs.cli import usage_error
+from configs.refusals import fail
 from configs.terminal import escaped
 from experiments.run import console
 
@@ -30,7 +30,7 @@ def test_lines_keeps_our_own_line_ends_only() -> None:
 
 def test_a_one_line_error_quoting_a_file_stays_one_line_without_controls(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        usage_error("--resume x: runs/\x1b[2Jevil\nname is a symbolic link")
+        fail("--resume x: runs/\x1b[2Jevil\nname is a symbolic link")
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == "error: --resume x: runs/\\x1b[2Jevil\\nname is a symbolic link\n"
 

@@ -10,6 +10,7 @@ by Ctrl-C/SIGTERM (every member with a checkpoint: `--resume FOLDER` goes on).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -22,21 +23,22 @@ from typing import Any
 
 import numpy as np
 
-from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args, spell_game
+from configs.cli import OneLineParser, build_parser, config_from_overrides, error_line, fail, float_in, int_in, overrides_from_args, spell_game
+from configs.fields import MAX_UPDATES
 from configs.ppo import ConfigError
 from configs.terminal import escaped
+from configs.urls import strip_userinfo
 from dashboard.client import DashboardError, compare_line, set_hyperparams
 from experiments.pbt.explore import DEFAULT_EXPLORED, changes_text, check_explored, exploit
 from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
 from experiments.pbt.population import PrivateDashboard, run_segment
 from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
 from experiments.run.folder_checks import UnsafeRunFolder, check_folder, check_run_folder
-from experiments.run.folders import checkpoint_path
-from experiments.run.preflight import check_can_start
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
 
 PROG = "python -m experiments.pbt"
+TWEAK = "python -m experiments.tweak"
 
 
 class PbtError(ValueError):
@@ -60,10 +62,10 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
             raise PbtError(f"--{given[0].replace('_', '-')}: a resumed population keeps its own settings "
                            "(only --ray-address may be given with --resume)")
         return resumed(args.resume), address
-    if args.population is None or not 2 <= args.population <= MAX_POPULATION:
-        raise PbtError(f"--population {args.population}: expected an integer from 2 to {MAX_POPULATION}")
-    if args.interval is None or args.interval < 1:
-        raise PbtError(f"--interval {args.interval}: expected an integer ≥ 1")
+    if args.population is None:  # its range, and the interval's, are checked as they are parsed (int_in)
+        raise PbtError(f"--population: expected an integer from 2 to {MAX_POPULATION:_}, none given")
+    if args.interval is None:
+        raise PbtError("--interval: expected a number of updates, none given")
     explore = args.explore.split(",") if args.explore is not None else list(DEFAULT_EXPLORED)
     if (problem := check_explored(explore)) is not None:
         raise PbtError(f"--explore {args.explore}: expected {problem}")
@@ -76,6 +78,8 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
         raise PbtError(f"--ray-address {address}: needs --dashboard URL, one every node can reach (the members' live channel)")
     if address is not None:
         config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
+    from experiments.run.preflight import check_can_start  # torch: once the options are accepted, not for --help
+
     check_can_start(base)
     cpus = args.cpus_per_member if args.cpus_per_member is not None else (1 if base.backend == "serial" else base.n_workers + 1)
     if not 0 < cpus <= MAX_CPUS:
@@ -119,6 +123,8 @@ def resumed(given: str) -> Population:
 def exploit_and_explore(population: Population, update: int, failures: dict[int, str | None]) -> list[dict[str, Any]]:
     """The bottom quarter (and any member that failed) copies a top-quarter member's learner and is
     sent that member's live values, perturbed, through the dashboard; one lineage row each."""
+    from experiments.run.folders import checkpoint_path
+
     n = len(population.members)
     scores = {m: population.summary(m).get("score_mean_100") for m in range(n)}
     order = sorted(range(n), key=lambda m: (failures.get(m) is not None, scores[m] is None, -(scores[m] or 0.0), m))
@@ -158,6 +164,24 @@ def queue_on_dashboard(population: Population, member: int, changes: dict[str, A
     return True
 
 
+# Ray's notice, as it starts an instance of its own, that it turned token authentication on there
+# (and how to turn it off): nothing to act on for the private instance a population starts, which
+# only this command's processes join and which ends with it. A cluster's notices are left alone.
+RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+RAY_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+def _not_private_token_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(RAY_TOKEN_NOTICE)
+
+
+def tweak_hint(population: Population) -> str:
+    """How a person tweaks a member by hand: the command, with the dashboard the members report to."""
+    dashboard = strip_userinfo(population.fixed["dashboard"].split("/api/")[0])
+    while_running = " (while the population runs: its dashboard ends with it)" if population.private_dashboard else ""
+    return f"tweak a member by hand{while_running}: {TWEAK} --dashboard {dashboard} RUN_UUID NAME=VALUE"
+
+
 def _score(score: float | None) -> str:
     return "no game ended yet" if score is None else f"score {score:.1f}"
 
@@ -186,9 +210,12 @@ def _run(population: Population, address: str | None) -> int:
         population.save()
         say(f"pbt: {len(population.members)} members, {len(targets)} segments of {population.interval} updates "
             f"(to update {population.last_update}); exploring {', '.join(population.explore)}; folder {folder}\n"
-            f"  dashboard {population.fixed['dashboard']}; members (tweak them by hand with python -m experiments.tweak): "
-            + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members)))
+            f"  dashboard {strip_userinfo(population.fixed['dashboard'])}; members: "
+            + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members))
+            + f"\n  {tweak_hint(population)}")
         say_comparison(population)
+        if address is None:
+            logging.getLogger(RAY_TOKEN_LOGGER).addFilter(_not_private_token_notice)
         try:
             try:
                 fits = connect(address, population.cpus_per_member)
@@ -220,7 +247,7 @@ def _run(population: Population, address: str | None) -> int:
             say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
             code = 130
         except (RuntimeError, OSError, UnsafeRunFolder) as e:  # a write refused: a link put in the folder meanwhile
-            say(f"pbt: error: {e}")
+            say(error_line(str(e)))
             code = 1
         finally:
             ray.shutdown()  # a private instance stops; a cluster is only disconnected from
@@ -241,13 +268,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                                                "is sent its live hyperparameters, perturbed, through the dashboard's live "
                                                "channel. The training options below are every member's.")
     group = parser.add_argument_group("population")
-    group.add_argument("--population", type=int, metavar="N", help="members (at least 2)")
-    group.add_argument("--interval", type=int, metavar="UPDATES", help="updates between exploits")
+    group.add_argument("--population", type=int_in(2, MAX_POPULATION), metavar="N", help=f"members, 2 to {MAX_POPULATION:_}")
+    group.add_argument("--interval", type=int_in(1, MAX_UPDATES), metavar="UPDATES", help="updates between exploits")
     group.add_argument("--explore", metavar="NAME,…", help=f"live hyperparameters to perturb (default: {','.join(DEFAULT_EXPLORED)})")
-    group.add_argument("--cpus-per-member", type=float, metavar="C",
+    group.add_argument("--cpus-per-member", type=float_in(0, 1024, low_open=True), metavar="C",
                        help="CPUs Ray reserves for each member (default: its workers + 1; 1 with --backend serial)")
-    group.add_argument("--max-retries", type=int, default=1, metavar="N",
-                       help="run a member's segment again, from its checkpoint, when its process dies (default: 1)")
+    group.add_argument("--max-retries", type=int_in(0, 100), default=1, metavar="N",
+                       help="run a member's segment again, from its checkpoint, when its process dies, 0 to 100 (default: 1)")
     group.add_argument("--resume", metavar="FOLDER", help="go on with a stopped population (its folder)")
     args = parser.parse_args(argv)
     try:

@@ -22,7 +22,6 @@ from typing import Any
 from configs.terminal import escaped
 from experiments.pbt.state import Population
 from experiments.run.folder_checks import open_own_file
-from experiments.run.folders import find_run, running_pid
 from experiments.sweep import run_trial
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,6 +31,8 @@ def run_member(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     """One member's segment (a Ray task in a fresh process): resume the run, or start it, until
     `stop_after_env_steps`. The process of its previous segment may still be exiting after it
     returned; the run is resumed once that process has let go of it."""
+    from experiments.run.folders import find_run, running_pid
+
     run_dir = find_run(Path(overrides["data_dir"]), run_uuid)
     deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)
     while run_dir is not None and running_pid(run_dir) not in (None, os.getpid()) and time.monotonic() < deadline:

@@ -99,4 +99,4 @@ def test_tweak_refuses_bad_changes_with_one_line(dashboard: Dashboard, finished_
     assert all(p["pending"] is None for p in info["params"].values())  # nothing half-applied
 
     unknown = run_tool("experiments.tweak", "f" * 32, "learning_rate=0.001", "--dashboard", dashboard.url)
-    assert unknown.returncode == 2 and "unknown run" in unknown.stderr
+    assert unknown.returncode == 2 and f"the dashboard at {dashboard.url} knows" in unknown.stderr, unknown.stderr

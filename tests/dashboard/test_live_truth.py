@@ -93,7 +93,7 @@ def test_a_change_to_a_run_that_has_ended_is_refused(dashboard: Dashboard) -> No
 
     tweak = run_tool("experiments.tweak", run_uuid, "epochs=3", "--dashboard", dashboard.url)
     assert tweak.returncode == 2 and tweak.stdout == ""
-    assert tweak.stderr.splitlines() == [f"python -m experiments.tweak: error: {answer['error']}"]
+    assert tweak.stderr.splitlines() == [f"error: {answer['error']}"]
     _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
     assert info["params"]["epochs"]["pending"] is None
 
