@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             for key, p in info["params"].items():
                 print(escaped(listing_line(key, p)))
             if not info["params"]:
-                print(f"run {args.run_uuid} has no dynamic hyperparameters")
+                print(f"run {args.run_uuid} has no live hyperparameters")
             if info.get("refusal"):
                 print(escaped(f'changes: refused, {info["refusal"]}'))
             return 0

@@ -7,7 +7,7 @@ minibatch allocates the same large blocks every step: the frames as floats (256 
 = 29 MB), each layer's activations and their gradients. So each step got its memory back from the
 kernel as new pages, and the kernel zeroes every page on first touch: tens of thousands of page
 faults a step. Keeping freed memory in the heap lets the next step reuse it with no fault at all
-(what that saves is measured in docs/benchmarks.md, "What moved the loop").
+(what that saves is measured in docs/benchmarks.md, "What each choice in the loop buys").
 
 Results do not change: only where the bytes live does. The cost is that the process keeps its
 peak heap (a few hundred MB for the defaults) instead of returning it between minibatches.

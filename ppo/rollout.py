@@ -47,7 +47,7 @@ def take_rows(field: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
 
     Each sample is one block of memory in both layouts the frames use (NCHW, and NHWC for
     channels-last), so it is copied as one row of bytes with `index_select`; `field[indices]` would
-    copy element by element, several times slower (docs/benchmarks.md, "What moved the loop")."""
+    copy element by element, several times slower (docs/benchmarks.md, "What each choice in the loop buys")."""
     if field.dim() == 4 and not field.is_contiguous() and field.is_contiguous(memory_format=torch.channels_last):
         nhwc = field.permute(0, 2, 3, 1)  # a contiguous view: one sample's H × W × C bytes per row
         rows = nhwc.reshape(len(field), -1).index_select(0, indices)

@@ -250,7 +250,7 @@ def _schedule_as_batch_job() -> None:
     The trainer wakes every worker once per step. A normal woken task may preempt the task that
     woke it, so the trainer, mid-way through sending its commands, loses the core to the first
     worker it woke. A batch task never preempts on wake-up: the trainer finishes sending, and the
-    workers run as soon as a core is free (docs/benchmarks.md, "What moved the loop").
+    workers run as soon as a core is free (docs/benchmarks.md, "What each choice in the loop buys").
     Needs no privilege; elsewhere it is skipped."""
     if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_BATCH"):
         with contextlib.suppress(OSError):
