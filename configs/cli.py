@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from configs.fields import Within
-from configs.ppo import SECTIONS, ConfigError, PPOConfig, config_fields, section_of, validate
+from configs.launch import launch_config
+from configs.ppo import SECTIONS, ConfigError, PPOConfig, check_field, config_fields, section_of, validate
+from configs.refusals import ARGPARSE_MESSAGES, USAGE_ERROR, bad_value, error_line, fail, shown
 from configs.version import NAME, VERSION
-
-USAGE_ERROR = 2  # the exit code of a bad command line, as argparse uses it
 
 # What other PPO code (SB3, CleanRL, baselines) calls some options: difflib's nearest spelling
 # would not find `--learning-rate` from `--lr`, so these are looked up first.
@@ -34,23 +34,6 @@ ALIASES = {
     "n-envs": "n-workers", "num-envs": "n-workers", "num-workers": "n-workers", "total-timesteps": "total-env-steps",
     "env": "game", "env-id": "game", "eps": "adam-eps", "norm-adv": "normalize-advantages", "max-grad": "max-grad-norm",
 }
-
-
-def usage_error(message: str, prog: str | None = None) -> NoReturn:
-    """Print one `error:` line on stderr (starting with `prog: ` when given) and exit with code 2."""
-    prefix = f"{prog}: " if prog else ""
-    print(f"{prefix}error: {message}", file=sys.stderr)
-    raise SystemExit(USAGE_ERROR)
-
-
-def fail(message: str) -> NoReturn:
-    """`usage_error` without a program name: the form the training commands print."""
-    usage_error(message)
-
-
-def bad_value(option: str, value: Any, accepted: str) -> NoReturn:
-    """The one line for a value an option does not take: `error: OPTION VALUE: expected ACCEPTED`."""
-    fail(f"{option} {value}: expected {accepted}")
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -76,15 +59,13 @@ class OneLineParser(argparse.ArgumentParser):
     every option may also be spelt with underscores (`--learning_rate`, not shown in --help); an
     unknown option is answered with the nearest known one; `--version` prints the version.
 
-    With `name_in_errors=True` the line starts with the program's name (``tweak: error: ...``),
-    as the dashboard's commands print it; `fail` reports the checks done after parsing alike.
+    Every error is one `error_line`, as every check done after parsing reports (`fail`).
     """
 
-    def __init__(self, *args: Any, name_in_errors: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         kwargs.setdefault("allow_abbrev", False)  # `--lr` must not quietly mean some `--lr…` option
         super().__init__(*args, **kwargs)
-        self.name_in_errors = name_in_errors
         # argparse only takes "-5" or "-.5" as values; "-1e-4" would be read as an unknown flag.
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.I)
         self.add_argument("--version", action="version", version=f"{NAME} {VERSION}", help="print the version and exit")
@@ -126,18 +107,13 @@ class OneLineParser(argparse.ArgumentParser):
         return f"{message}; did you mean {guess}?" if guess else message
 
     def error(self, message: str) -> NoReturn:
-        # argparse's "argument --seeds: x: expected …" (from `int_in`/`float_in`) as this
-        # project's "--seeds x: expected …"; its own "invalid choice: …" as "--peer invalid choice: …".
-        self.fail(re.sub(r"^argument (--[a-z0-9-]+)(?:/\S+)?: ", r"\1 ", message))
+        for pattern, replacement in ARGPARSE_MESSAGES:
+            message = re.sub(pattern, replacement, message)
+        self.fail(message)
 
     def fail(self, message: str) -> NoReturn:
         """Report a bad value found after parsing the way argparse's own errors are reported."""
-        usage_error(message, self.prog if self.name_in_errors else None)
-
-
-def _shown(text: str) -> str:
-    """A value as an error line shows it: as typed, or quoted where that would hide it ('' or a newline)."""
-    return text if text.strip() == text and text.isprintable() and text else repr(text)
+        fail(message)
 
 
 def int_in(low: int, high: int) -> typing.Callable[[str], int]:
@@ -150,7 +126,7 @@ def int_in(low: int, high: int) -> typing.Callable[[str], int]:
         except ValueError:
             value = None
         if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected an integer from {low:_} to {high:_}")
+            raise argparse.ArgumentTypeError(f"{shown(text)}: expected an integer from {low:_} to {high:_}")
         return value
     return parse
 
@@ -163,7 +139,7 @@ def float_in(low: float, high: float, low_open: bool = False) -> typing.Callable
         except ValueError:
             value = math.nan
         if not ((low < value if low_open else low <= value) and value <= high):  # NaN fails both
-            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected a number {'>' if low_open else '≥'} {low:g} and ≤ {high:g}")
+            raise argparse.ArgumentTypeError(f"{shown(text)}: expected a number {'>' if low_open else '≥'} {low:g} and ≤ {high:g}")
         return value
     return parse
 
@@ -283,19 +259,40 @@ def _spelt_as(canonical_game: typing.Callable[[str], str | None]) -> typing.Call
     return lambda game: canonical_game(game) == game
 
 
-def parse_config(argv: Sequence[str] | None, prog: str, description: str,
-                 add_arguments: typing.Callable[[OneLineParser], None] | None = None,
-                 canonical_game: typing.Callable[[str], str | None] | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
-    """Parse, convert and validate; exits with one line on any bad input. `canonical_game` is the
-    game package's spelling of a game name (None: not a game), passed in because this package
-    imports nothing of the emulator's; without it the name is not checked."""
+def parse_overrides(argv: Sequence[str] | None, prog: str, description: str,
+                    add_arguments: typing.Callable[[OneLineParser], None] | None = None,
+                    canonical_game: typing.Callable[[str], str | None] | None = None) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The command line's config values, each converted and checked on its own (what it is combined
+    with is checked where the config is made: configs/launch.py); exits with one line on a bad one.
+    `canonical_game` is the game package's spelling of a game name, passed in because this package
+    imports nothing of the emulator's."""
     parser = build_parser(prog, description)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         overrides = spell_game(overrides_from_args(args), canonical_game)
-        config = config_from_overrides(overrides, game_exists=None if canonical_game is None else _spelt_as(canonical_game))
+        for name, value in overrides.items():
+            check_field(name, value)
+    except ConfigError as e:
+        fail(str(e))
+    return args, overrides
+
+
+def game_check(canonical_game: typing.Callable[[str], str | None] | None) -> typing.Callable[[str], bool] | None:
+    """The check `validate` takes: a game that exists, spelt as the emulator spells it (none without one)."""
+    return None if canonical_game is None else _spelt_as(canonical_game)
+
+
+def parse_config(argv: Sequence[str] | None, prog: str, description: str,
+                 add_arguments: typing.Callable[[OneLineParser], None] | None = None,
+                 canonical_game: typing.Callable[[str], str | None] | None = None,
+                 cores: int | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
+    """Parse, then make the config (with the games grouped by `cores` unless None or chosen); exits
+    with one line on any bad input."""
+    args, overrides = parse_overrides(argv, prog, description, add_arguments, canonical_game)
+    try:
+        config, _ = launch_config(overrides, cores, game_exists=game_check(canonical_game))
     except ConfigError as e:
         fail(str(e))
     return config, args, overrides
@@ -320,15 +317,18 @@ def _plain(markdown: str) -> str:
 __all__ = [
     "USAGE_ERROR",
     "OneLineParser",
+    "bad_value",
     "build_parser",
     "config_from_overrides",
     "docstring_help",
+    "error_line",
     "fail",
     "float_in",
+    "game_check",
     "int_in",
     "overrides_from_args",
     "parse_config",
+    "parse_overrides",
     "spell_game",
-    "usage_error",
     "value_converter",
 ]

@@ -3,6 +3,8 @@ the "accepted" text of the one-line refusal (`ConfigError`), or None when the va
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,6 +82,15 @@ MAX_WORKERS = 4096  # worker processes or Ray actors of one run; a local run is 
 MAX_THREADS = 256  # torch's thread pools: far past any machine's cores (100,000 crashes the process)
 MAX_PATH = 4096  # Linux's PATH_MAX; one name in it at most 255 bytes (NAME_MAX)
 
+# Greedy (argmax) evaluation takes a uniformly random action with this probability. Without
+# sticky actions the ALE is deterministic, so a pure argmax policy can lock into a loop (the
+# paddle parked while the ball bounces in a cycle that never scores) and N greedy games that draw
+# the same no-op count are identical. A little ε breaks both; the Atari literature evaluates
+# with ε between 0.001 (Rainbow and later) and 0.05 (Mnih et al. 2015). 0.01 barely moves
+# Breakout scores. Sampled play is already stochastic and uses ε = 0 by default. Here, not in
+# ppo/evaluation, so that `evaluate --help` shows it without loading torch.
+DEFAULT_GREEDY_EPSILON = 0.01
+
 
 def folder_path(v: Any) -> str | None:
     """A path the run can create: not empty, no NUL, at most MAX_PATH bytes, each name ≤ 255 bytes."""
@@ -106,6 +117,25 @@ def folder_name(v: Any) -> str | None:
     # put a run anywhere else.
     return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", str(v)) else (
         "a folder name of at most 100 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..')")
+
+
+def live_value_problem_in(value: Any, low: float, high: float, integral: bool) -> str | None:
+    """THE live-value rule: what is wrong with `value` for a live hyperparameter in [low, high]
+    (integral: an integer), as the "expected" text, or None when it may be applied. The trainer,
+    the checkpoint, a resume and the dashboard all decide with this one function."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return "an integer" if integral else "a number"
+    try:
+        value = float(value)  # any real (a numpy scalar too), compared as a float
+    except OverflowError:  # an integer past any float: past every range too
+        return f"a value in [{low:g}, {high:g}]"
+    if not math.isfinite(value):
+        return "a finite number"
+    if integral and value != int(value):
+        return "an integer"
+    if not low <= value <= high:
+        return f"a value in [{low:g}, {high:g}]"
+    return None
 
 
 def one_of(*choices: str) -> Check:

@@ -34,19 +34,3 @@ def machine_groups(config: PPOConfig, overrides: Mapping[str, Any]) -> bool:
     """Whether this machine groups the games (by its cores): not when the command line (`overrides`)
     chose the grouping, nor when the games run as Ray actors."""
     return config.backend == "local" and not {"n_workers", "envs_per_worker"} & overrides.keys()
-
-
-def grouped_unless_chosen(config: PPOConfig, overrides: Mapping[str, Any]) -> PPOConfig:
-    """`config` with its games grouped by this machine's usable cores (`grouped_for_cores`) where
-    `machine_groups`: what a plain training run does, and so what the benchmark measures by default."""
-    return grouped_for_cores(config, usable_cores()) if machine_groups(config, overrides) else config
-
-
-def machine_choices(config: PPOConfig, overrides: Mapping[str, Any], cores: int | None = None) -> dict[str, str]:
-    """The fields of a new run `grouped_unless_chosen` set from this machine rather than from the
-    command line or the defaults, each with why (`{"n_workers": "2 usable cores", ...}`): what the
-    dashboard's configuration card shows as chosen by the machine, not set by the user."""
-    if not machine_groups(config, overrides):
-        return {}
-    why = f"{usable_cores() if cores is None else cores} usable cores"
-    return {"n_workers": why, "envs_per_worker": why}

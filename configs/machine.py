@@ -27,9 +27,8 @@ def max_local_workers() -> int:
 def shared_cores_environment() -> dict[str, str]:
     """Environment for training runs started alongside others on the same cores (`curves --jobs` of
     2 or more, a sweep's trials, a population's members): torch's OpenMP threads sleep when they run
-    out of work instead of spinning (libgomp's default), which burns the core another run needs.
-    Two default runs at once on 2 cores took 34-38 s spinning and 21-22 s passive (docs/benchmarks.md).
-    A run alone gains nothing from it, so a plain run keeps the default; a value the user set wins."""
+    out of work instead of spinning (libgomp's default), which burns the core another run needs
+    (docs/benchmarks.md, "Several runs on one machine"). A run alone gains nothing from it, so a plain run keeps the default; a value the user set wins."""
     return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-import numbers
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from configs.fields import (
     folder_name,
     folder_path,
     hp,
+    live_value_problem_in,
     non_negative,
     not_empty,
     one_of,
@@ -225,20 +225,9 @@ def live_ranges() -> dict[str, tuple[float, float]]:
 
 def live_value_problem(name: str, value: Any) -> str | None:
     """What is wrong with `value` as the live hyperparameter `name` (the "accepted" text), or None
-    when it may be applied. The trainer checks every value it receives with this, whatever the
-    dashboard or a checkpoint says: a live value is input from outside the process."""
+    when it may be applied: the rule (`live_value_problem_in`) with the field's own range."""
     low, high = live_ranges()[name]
-    integral = _integral(name)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return "an integer" if integral else "a number"
-    value = float(value)  # any real (a numpy scalar too), compared as a float
-    if not math.isfinite(value):
-        return "a finite number"
-    if integral and value != int(value):
-        return "an integer"
-    if not low <= value <= high:
-        return f"a value in [{low:g}, {high:g}]"
-    return None
+    return live_value_problem_in(value, low, high, _integral(name))
 
 
 def accepted_live_values(received: Mapping[str, Any], fallback: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -282,7 +271,7 @@ def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None
     """Check every value, then every combination; raise `ConfigError` on the first bad one.
     `game_exists` checks the game's name (not checked without it)."""
     for f in config_fields():
-        _check_field(f, getattr(config, f.name))
+        check_field(f.name, getattr(config, f.name))
     # Which games exist is the emulator's knowledge, not the config's: the caller passes the check
     # in (`game.atari.is_known_game`), so this package never imports the game package.
     if game_exists is not None and not game_exists(config.game):
@@ -298,7 +287,9 @@ def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None
     return config
 
 
-def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
+def check_field(name: str, value: Any) -> None:
+    """`ConfigError` for a value the field `name` does not accept on its own."""
+    f = PPOConfig.__dataclass_fields__[name]
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f.name, value, "a finite number")
     check = f.metadata["check"]

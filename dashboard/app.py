@@ -8,7 +8,8 @@ On top of the stock app this:
 - shows runs as a training run needs (see `run_display`): named by game with a short uuid, the
   latest score and the real status in the list; the score as the run page's chart; the options
   the run set and its live values in the Configurations card; no Process/Computer buttons (the
-  computer monitoring behind them is not served);
+  computer monitoring behind them is not served), nor labml's hosted-app menu entries, share
+  button and settings (static/local-only.js); a chart's axis spanning every point it draws;
 - replaces the static-file route, which served any file on the machine through an
   encoded `..` (``/..%2f..%2fetc%2fhostname``), with one confined to its folder;
 - answers only for the host names it is served under, refuses cross-site writes and
@@ -17,13 +18,15 @@ On top of the stock app this:
   changed live-hyperparameter ranges) with a 4xx JSON error, so nothing stored can break a
   later request, and caps what one run and the whole store may hold (see `usage`);
 - shows a run's latest evaluation video on its page, read from the trainer's runs folder
-  (see `videos`).
+  (see `videos`);
+- compares runs: their curves of one metric overlaid, chosen from the runs list (see `compare`).
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
 (loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,
 bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
 `stock_api` (labml-app's own endpoints), `usage` (the per-run cap), `videos` (run videos),
-`web` (errors as JSON).
+`files` (every file served: opened once, without following links), `compare` (runs side by
+side), `web` (errors as JSON).
 labml-app builds its app object when `labml_app.flask_app` is imported, so `create_app` can be
 called once per process.
 """
@@ -37,10 +40,12 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from dashboard.assets import VendorAssets, vendor_folders
+from dashboard.compare import compare_routes
 from dashboard.guard import RequestGuard, allowed_host_names
 from dashboard.handlers import OWN_STATIC, DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import (
+    chart_bundle_route,
     drop_stock_error_middleware,
     give_back_on_delete,
     load_labml_app,
@@ -88,9 +93,11 @@ def create_app(settings: DashboardSettings) -> FastAPI:
                                  static_root, vendor_folders(settings.assets), build_index(static_root, settings.assets),
                                  settings.assets.rewrite_index((OWN_STATIC / "hyperparams.html").read_text("utf-8")), lane)
     present_runs(hp_store)
-    give_back_on_delete(usage)
+    give_back_on_delete(usage, hp_store)
     check_stock_routes(flask_app.app)
-    replace_stock_routes(flask_app, first=[*handlers.routes(), *video_routes(settings.runs_dir)],
+    compare_html = settings.assets.rewrite_index((OWN_STATIC / "compare.html").read_text("utf-8"))
+    replace_stock_routes(flask_app, first=[*handlers.routes(), chart_bundle_route(static_root), *video_routes(settings.runs_dir),
+                                           *compare_routes(hp_store, compare_html)],
                          last=handlers.catch_all_routes())
     serialize_store_writes(flask_app.app, lane, TRACK_PATH)
     drop_stock_error_middleware(flask_app)
@@ -110,5 +117,7 @@ def build_index(static_root: Path, assets: VendorAssets) -> str:
     extra = (f"<script>window.DASHBOARD_ASSET_ERRORS = {errors};</script>\n"
              '    <script src="/_dashboard/run-link.js" defer></script>\n'
              '    <script src="/_dashboard/run-video.js" defer></script>\n'
+             '    <script src="/_dashboard/local-only.js" defer></script>\n'
+             '    <script src="/_dashboard/compare-pick.js" defer></script>\n'
              '    <link href="/_dashboard/app.css" rel="stylesheet">\n')
     return html.replace("</head>", extra + "</head>", 1)

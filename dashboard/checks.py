@@ -13,6 +13,7 @@ from fastapi import Request
 
 from dashboard import schema
 from dashboard.guard import parsed_json
+from dashboard.strict_json import child_path, field_name
 from dashboard.web import BadRequest
 
 RUN_UUID_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
@@ -21,6 +22,10 @@ RUN_UUID_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
 TRACK_RUN_UUID_RE = re.compile(r"^[0-9A-Za-z-]{10,64}$")
 VERSION_RE = re.compile(r"^[0-9]{1,6}(\.[0-9]{1,6}){0,3}$")
 MAX_RANK = 1024
+# A series is named in code ("loss.policy", "hp.learning_rate"; labml's own at most ~40 characters).
+# 256 leaves room for generated and nested names, and keeps a name's copies in the store small
+# beside what its points cost (usage.SERIES_BYTES): without a limit a name could be megabytes.
+MAX_SERIES_NAME = 256
 
 
 def _series(value: Any, path: str) -> None:
@@ -30,6 +35,14 @@ def _series(value: Any, path: str) -> None:
     if len(value["step"]) != len(value["value"]):
         raise BadRequest(400, f"field {path}: step has {len(value['step'])} items and value {len(value['value'])}; "
                               f"expected as many of each")
+
+
+def _track(value: Any, path: str) -> None:
+    schema.dict_of(_series)(value, path)
+    for name in value:
+        if len(name) > MAX_SERIES_NAME:
+            raise BadRequest(400, f"{field_name(child_path(path, name))}: a series name of {len(name)} characters; "
+                                  f"expected at most {MAX_SERIES_NAME}")
 
 
 # A labml client packet: every key labml-app reads, with the JSON types its readers assume
@@ -45,7 +58,7 @@ PACKET = schema.obj({
     "favorite_configs": schema.list_of(schema.string), "selected_configs": schema.list_of(schema.string),
     "indicators": schema.dict_of(schema.obj({})), "wildcard_indicators": schema.dict_of(schema.obj({})),
     "status": schema.obj({"rank": schema.integer, "status": schema.string, "time": schema.number}),
-    "track": schema.dict_of(_series),
+    "track": _track,
     "stdout": schema.string, "stderr": schema.string, "logger": schema.string,
 })
 
@@ -94,18 +107,6 @@ def check_packets(body: Any) -> list[dict[str, Any]]:
         return body
     PACKET(body, "")
     return [body]
-
-
-def safe_file(root: Path, rel: str) -> Path | None:
-    """`root/rel` if it is a file inside `root` (after resolving `..` and links), else None."""
-    root = root.resolve()
-    try:
-        candidate = (root / rel).resolve()
-    except (OSError, ValueError):  # e.g. NUL bytes, symlink loops
-        return None
-    if not candidate.is_relative_to(root) or not candidate.is_file():
-        return None
-    return candidate
 
 
 def escapes(root: Path, rel: str) -> bool:

@@ -8,8 +8,9 @@
   carry a JSON body (which no simple request can) and, if it has an ``Origin``, this dashboard's
   (browsers always send one on such requests; labml's client and `experiments.tweak` send none).
 - Bodies: at most `max_body_bytes`, declared or streamed (413); read here, then parsed strictly
-  (`strict_json`) in a worker thread, so a large body never stalls other requests; the parsed
-  value is handed on in ``scope["state"]`` and the body replayed to the app.
+  (`strict_json`) in a worker thread, bodies past LARGE_BODY_BYTES one at a time, so large bodies
+  never stall other requests; the parsed value is handed on in ``scope["state"]`` and the body
+  replayed to the app.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
+import anyio
 import anyio.to_thread
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,6 +35,11 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # The key under scope["state"] holding a request's parsed JSON body.
 JSON_BODY = "dashboard_json_body"
+# Bodies past this size are parsed, and checked (`large_body_turn`), one at a time: that work
+# holds Python's interpreter lock, so several large bodies at once would leave the event loop,
+# and every other request, a small share of it.  labml's usual packets are a few KB.
+LARGE_BODY_BYTES = 64 * 1024
+_large_bodies: list[anyio.CapacityLimiter] = []  # made on first use, inside the server's event loop
 _HOST_NAME_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*$")
 
 
@@ -123,7 +130,9 @@ class RequestGuard:
         check_json_content_type(headers.get("content-type"))
         raw = await read_body(receive, self._declared_length(headers), self.max_body_bytes)
         # Parsing a body of up to the cap takes tens of milliseconds: off the event loop.
-        scope.setdefault("state", {})[JSON_BODY] = await anyio.to_thread.run_sync(strict_json.loads, raw)
+        limiter = large_body_turn(len(raw))
+        scope.setdefault("state", {})[JSON_BODY] = await anyio.to_thread.run_sync(strict_json.loads, raw,
+                                                                                  limiter=limiter)
         return replaying(raw, receive)
 
     def check_host(self, host: str | None) -> None:
@@ -193,6 +202,16 @@ def replaying(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+def large_body_turn(size: int) -> anyio.CapacityLimiter | None:
+    """The worker-thread limiter for work on a body of `size` bytes: one at a time past
+    LARGE_BODY_BYTES, the default pool for the others."""
+    if size <= LARGE_BODY_BYTES:
+        return None
+    if not _large_bodies:
+        _large_bodies.append(anyio.CapacityLimiter(1))
+    return _large_bodies[0]
 
 
 def parsed_json(scope: Scope) -> Any:

@@ -13,12 +13,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 from fastapi import Request
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from dashboard.assets import VENDOR_ROUTE
-from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, safe_file, track_query
+from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, track_query
+from dashboard.files import OpenedFileResponse, open_in_folder
+from dashboard.guard import large_body_turn
 from dashboard.hyperparams import (
     HyperParamError,
     HyperParamStore,
@@ -87,13 +90,13 @@ class DashboardHandlers:
 
         run_uuid, version, rank, world_size, main_rank = track_query(request)
         body = json_body(request)
-        packets = check_packets(body)
         # labml-app files rank n > 0 of a distributed run as "<uuid>_<n>".
         stored_uuid = f"{run_uuid}_{rank}" if world_size > 1 and rank > 0 else run_uuid
-        first_configs = self._check_declarations(stored_uuid, packets)
-        if is_run_itself(run_uuid, stored_uuid, rank, main_rank):
-            drop_known_points(packets, last_steps(run_uuid))
-        charged, new_series = self.usage.charge(stored_uuid, packets)
+        # Checking a body of thousands of series and reading the run's records take a while: off
+        # the event loop, so a client that sends such bodies does not hold up the others.
+        packets, first_configs, charged, new_series = await anyio.to_thread.run_sync(
+            self._checked, body, run_uuid, stored_uuid, is_run_itself(run_uuid, stored_uuid, rank, main_rank),
+            limiter=large_body_turn(int(request.headers.get("content-length", "0"))))
         self.usage.check(stored_uuid, charged)
         if project_db.get_project(labml_token) is None:
             # The hosted app told unknown tokens to register; locally any token (such as the
@@ -111,11 +114,22 @@ class DashboardHandlers:
         # labml-app answers with its own record of live values; only the run itself gets ours.
         res["dynamic"] = {}
         if not res.get("errors"):
-            self.usage.record(stored_uuid, charged, new_series)
+            # The stores' files are written and fsynced in a worker thread, never on the event loop.
+            await anyio.to_thread.run_sync(self.usage.record, stored_uuid, charged, new_series)
             if is_run_itself(run_uuid, stored_uuid, rank, main_rank):
                 await self._after_update(request, run_uuid, packets, res, first_configs)
         await asyncio.sleep(TRACK_THROTTLE_S)
         return res
+
+    def _checked(self, body: Any, run_uuid: str, stored_uuid: str,
+                 run_itself: bool) -> tuple[list[dict[str, Any]], bool, int, list[str]]:
+        """(packets, whether they bring the run's first configs, bytes to charge, new series)."""
+        packets = check_packets(body)
+        first_configs = self._check_declarations(stored_uuid, packets)
+        if run_itself:
+            drop_known_points(packets, last_steps(run_uuid))
+        charged, new_series = self.usage.charge(stored_uuid, packets)
+        return packets, first_configs, charged, new_series
 
     def _check_declarations(self, run_uuid: str, packets: list[dict[str, Any]]) -> bool:
         """Refuse changed live-hyperparameter declarations; True when these packets bring the
@@ -152,15 +166,16 @@ class DashboardHandlers:
             r = run_db.get(run_uuid)
             r.start_time = started
             r.save()
-        self.hp_store.set_reported(run_uuid, reported_values(packets))
+        await anyio.to_thread.run_sync(self.hp_store.set_reported, run_uuid, reported_values(packets))
         if ended(packets):
-            self.hp_store.drop_pending(run_uuid)  # nothing will take them: a resume starts a new leg
+            # Nothing will take them: a resume starts a new leg.
+            await anyio.to_thread.run_sync(self.hp_store.drop_pending, run_uuid)
         elif r is not None and change_refusal(run_uuid, run_status(r)) is None:
             # Only a running leg's messages take them: the history a resume posts before its leg
             # starts comes from a plain request that would drop them, so a change queued for the
             # next leg waits for that leg's first message.
             # labml's client applies `dynamic` values to the run's registered dynamic hyperparameters.
-            res["dynamic"] = self.hp_store.take_pending(run_uuid)
+            res["dynamic"] = await anyio.to_thread.run_sync(self.hp_store.take_pending, run_uuid)
 
     async def get_hyperparams(self, request: Request, run_uuid: str) -> dict[str, Any]:
         r = self._get_run(run_uuid)
@@ -188,24 +203,24 @@ class DashboardHandlers:
         refusal = None if when == "next-leg" else change_refusal(run_uuid, run_status(r))
         if refusal is not None:
             raise BadRequest(409, refusal)
-        return {"run_uuid": run_uuid, "pending": self.hp_store.add_pending(run_uuid, accepted)}
+        return {"run_uuid": run_uuid, "pending": await anyio.to_thread.run_sync(self.hp_store.add_pending, run_uuid, accepted)}
 
     async def hyperparams_page(self, request: Request, run_uuid: str) -> Response:
         check_run_uuid(run_uuid)
         return HTMLResponse(self.hyperparams_html)
 
     async def own_static(self, request: Request, file_path: str) -> Response:
-        path = safe_file(OWN_STATIC, file_path)
-        if path is None:
+        opened = open_in_folder(OWN_STATIC, file_path)
+        if opened is None:
             raise BadRequest(404, f"not found: {file_path[:200]}")
-        return FileResponse(path)
+        return OpenedFileResponse(opened, name=file_path)
 
     async def vendor_file(self, request: Request, package: str, file_path: str) -> Response:
         root = self.vendor.get(package)
-        path = None if root is None else safe_file(root, file_path)
-        if path is None:
+        opened = None if root is None else open_in_folder(root, file_path)
+        if opened is None:
             raise BadRequest(404, f"not found: {package}/{file_path[:200]}")
-        return FileResponse(path)
+        return OpenedFileResponse(opened, name=file_path)
 
     async def index(self, request: Request) -> Response:
         return HTMLResponse(self.index_html)
@@ -216,10 +231,10 @@ class DashboardHandlers:
             raise BadRequest(404, "not found: path leaves the static folder")
         if file_path == "api" or file_path.startswith("api/"):
             raise BadRequest(404, f"no such API endpoint: /{file_path[:200]}")
-        path = safe_file(self.static_root, file_path)
-        if path is None or path.name == "index.html":
+        opened = None if file_path.rsplit("/", 1)[-1] == "index.html" else open_in_folder(self.static_root, file_path)
+        if opened is None:
             return HTMLResponse(self.index_html)
-        return FileResponse(path)
+        return OpenedFileResponse(opened, name=file_path)
 
     def _get_run(self, run_uuid: str) -> Any:
         from labml_app.db import run as run_db
@@ -263,7 +278,7 @@ def last_steps(run_uuid: str) -> dict[str, float]:
 
 def drop_known_points(packets: list[dict[str, Any]], last: dict[str, float]) -> None:
     """Keep only the points after each series' stored last step. labml-app appends whatever it is
-    sent, so a history a resumed run brings (experiments/run/dashboard_history.py) adds only what
+    sent, so a history a resumed run brings (experiments/run/labml/history.py) adds only what
     the dashboard lacks, and a series never goes back in steps."""
     for packet in packets:
         track = packet.get("track") or {}

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dashboard.store import atomic_write, read_json_object
+from configs.fields import live_value_problem_in
+from dashboard.store import RecordFile
 from dashboard.strict_json import child_path
 
 Number = int | float
@@ -40,24 +41,12 @@ class DynamicParamSpec:
         return {"type": self.dynamic_type, "default": self.default, "range": [self.low, self.high]}
 
     def coerce(self, value: Any) -> Number:
-        """The value the run should receive, or `HyperParamError` with a readable reason."""
-        # bool is an int subclass; True as a learning rate is always a mistake.
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise HyperParamError(f"{self.key}: expected {self._type_name()}, got {json.dumps(value)}")
-        if self.dynamic_type == "int":
-            if not isinstance(value, int):
-                raise HyperParamError(f"{self.key}: expected an integer, got {value!r}")
-        else:
-            if not math.isfinite(value):
-                raise HyperParamError(f"{self.key}: expected a finite number, got {value!r}")
-            value = float(value)
-        if not self.low <= value <= self.high:
-            raise HyperParamError(f"{self.key}: {value!r} is outside the allowed range "
-                                  f"[{self.low}, {self.high}]")
-        return value
-
-    def _type_name(self) -> str:
-        return "an integer" if self.dynamic_type == "int" else "a number"
+        """The value the run should receive, or `HyperParamError` naming the value and what is
+        accepted: the training side's own rule (configs/fields.py), with the range the run declared."""
+        integral = self.dynamic_type == "int"
+        if (problem := live_value_problem_in(value, self.low, self.high, integral)) is not None:
+            raise HyperParamError(f"{self.key}: {json.dumps(value)[:80]}: expected {problem}")
+        return int(value) if integral else float(value)
 
 
 def _spec_from_computed(key: str, computed: Any) -> DynamicParamSpec | None:
@@ -136,7 +125,7 @@ def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> dic
     for key, value in changes.items():
         if key not in specs:
             known = ", ".join(sorted(specs)) or "none"
-            raise HyperParamError(f"{key}: not a dynamic hyperparameter of this run (dynamic: {known})")
+            raise HyperParamError(f"{key}: not a live hyperparameter of this run (live: {known})")
         accepted[key] = specs[key].coerce(value)
     return accepted
 
@@ -234,18 +223,15 @@ class HyperParamStore:
       only once the run tracks it as `hp.<key>` (`set_reported` moves it out of here);
     - "delivered": the last value handed out per key (what a population's tools read back);
     - "reported": what the run last tracked as `hp.<key>`: the values it trains with.
+
+    Each change is written before its method returns; call the methods that change something off
+    the event loop (the file is written and fsynced there, see `store.RecordFile`).
     """
 
     def __init__(self, path: Path) -> None:
-        self._path = path
+        self._file = RecordFile(path, "a hyperparameter store")
         self._lock = threading.Lock()
-        self._runs: dict[str, dict[str, dict[str, Number]]] = self._load()
-
-    def _load(self) -> dict[str, dict[str, dict[str, Number]]]:
-        return read_json_object(self._path, "a hyperparameter store")
-
-    def _save(self) -> None:
-        atomic_write(self._path, json.dumps(self._runs, indent=1, sort_keys=True).encode("utf-8"))
+        self._runs: dict[str, dict[str, dict[str, Number]]] = self._file.load()
 
     def _run(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         entry = self._runs.setdefault(run_uuid, {})
@@ -256,8 +242,10 @@ class HyperParamStore:
     def add_pending(self, run_uuid: str, values: Mapping[str, Number]) -> dict[str, Number]:
         with self._lock:
             self._run(run_uuid)["pending"].update(values)
-            self._save()
-            return dict(self._runs[run_uuid]["pending"])
+            change = self._file.stage(run_uuid, self._runs[run_uuid])
+            pending = dict(self._runs[run_uuid]["pending"])
+        self._file.write(change)
+        return pending
 
     def take_pending(self, run_uuid: str) -> dict[str, Number]:
         with self._lock:
@@ -268,8 +256,9 @@ class HyperParamStore:
             entry["delivered"].update(pending)
             entry["sent"].update(pending)
             entry["pending"] = {}
-            self._save()
-            return pending
+            change = self._file.stage(run_uuid, entry)
+        self._file.write(change)
+        return pending
 
     def drop_pending(self, run_uuid: str) -> dict[str, Number]:
         """Forget the changes queued for a run that has ended (they can no longer reach it)."""
@@ -278,8 +267,9 @@ class HyperParamStore:
             if not entry or not entry.get("pending"):
                 return {}
             dropped, entry["pending"] = entry["pending"], {}
-            self._save()
-            return dropped
+            change = self._file.stage(run_uuid, entry)
+        self._file.write(change)
+        return dropped
 
     def set_reported(self, run_uuid: str, values: Mapping[str, Number]) -> None:
         """The values the run tracked; a sent change it now reports using is applied. A report of
@@ -289,11 +279,24 @@ class HyperParamStore:
             entry = self._run(run_uuid)
             reported, sent = entry["reported"], entry["sent"]
             confirmed = [k for k, v in values.items() if k in sent and same_value(sent[k], v)]
-            if confirmed or any(reported.get(k) != v for k, v in values.items()):
-                reported.update(values)
-                for key in confirmed:
-                    del sent[key]
-                self._save()
+            if not confirmed and all(reported.get(k) == v for k, v in values.items()):
+                return
+            reported.update(values)
+            for key in confirmed:
+                del sent[key]
+            change = self._file.stage(run_uuid, entry)
+        self._file.write(change)
+
+    def forget(self, run_uuid: str, *, write_soon: bool = False) -> None:
+        """Drop a deleted run's record; `write_soon` as for `usage.RunUsage.forget`."""
+        with self._lock:
+            if self._runs.pop(run_uuid, None) is None:
+                return
+            change = self._file.stage(run_uuid, None)
+        if write_soon:
+            self._file.write_soon(change)
+        else:
+            self._file.write(change)
 
     def get(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         with self._lock:

@@ -150,15 +150,19 @@ def present_runs(hp_store: HyperParamStore) -> None:
     run_db.Run.get_summary = get_summary
 
 
-def give_back_on_delete(usage: RunUsage) -> None:
-    """A run deleted on the dashboard no longer counts against the store's caps."""
+def give_back_on_delete(usage: RunUsage, hp_store: HyperParamStore) -> None:
+    """A run deleted on the dashboard no longer counts against the store's caps, and its live
+    values are forgotten with it."""
     from labml_app.db import run as run_db
 
     stock_delete = run_db.delete
 
     def delete(run_uuid: str) -> None:
         stock_delete(run_uuid)
-        usage.forget(run_uuid)
+        # Called on the event loop, once per run a request deletes: the files are written in
+        # threads, and a write that a later one has overtaken is skipped.
+        usage.forget(run_uuid, write_soon=True)
+        hp_store.forget(run_uuid, write_soon=True)
 
     run_db.delete = delete
 
@@ -186,3 +190,27 @@ def serialize_store_writes(app: FastAPI, lane: StoreLane, track_path: str) -> No
     for route in app.router.routes:
         if isinstance(route, APIRoute) and route.path.startswith("/api/") and (route.methods or set()) & {"POST", "PUT", "DELETE"}:
             route.app = lane.one_writer(route.app)
+
+
+# labml-app's charts leave the lowest and highest 4% of a series out of the y axis when they lie
+# over two standard deviations from the rest (`OUTLIER_MARGIN` in its charts' constants), yet
+# still draw them: a run's first scores, far below the ones it reaches within a few updates, were
+# drawn under the x axis. With the margin 0 the axis spans every point it draws.
+OUTLIER_MARGIN = ("s.OUTLIER_MARGIN=.04,", "s.OUTLIER_MARGIN=0,")
+
+
+def chart_bundle_route(static_root: Path) -> Route:
+    """labml-app's front-end bundle (`/js/bundle.min.js`) with the chart's axis spanning every
+    point; refuses to start on a bundle whose margin it does not find (a labml-app upgrade)."""
+    from starlette.responses import Response
+
+    bundle = (static_root / "js" / "bundle.min.js").read_text("utf-8")
+    stock, ours = OUTLIER_MARGIN
+    if bundle.count(stock) != 1:
+        raise RuntimeError(f"labml-app's bundle.min.js has {bundle.count(stock)} copies of {stock!r}, expected 1")
+    body = bundle.replace(stock, ours).encode("utf-8")
+
+    async def serve(request: Any) -> Response:
+        return Response(body, media_type="text/javascript")
+
+    return Route("/js/bundle.min.js", serve, methods=["GET"])

@@ -7,7 +7,7 @@ labml-app's stock choices fit a generic experiment, not this one:
   otherwise): here it starts with the ones the run set explicitly, the ones this machine chose and
   its live hyperparameters, and labels each value `(set)`, `(machine: why)` or `(default)`: labml
   marks every value that differs from the defaults "explicitly specified", a grouping chosen from the
-  cores included (`chosen_by_machine`, which the run's sender adds: dashboard/labml_client.py);
+  cores included (`chosen_by_machine`, which the run's sender adds: experiments/run/labml/sender.py);
 - it shows a live hyperparameter as its declaration (`type: DynamicSchedule, default: …`):
   here as the value the run reported using last (else its starting value), and a change not yet
   applied as sent or pending, never as the run's value;

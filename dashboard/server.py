@@ -16,6 +16,7 @@ from types import FrameType
 
 import uvicorn
 
+from configs.cli import error_line
 from dashboard.assets import ensure_assets
 from dashboard.connections import OncePerFilter, guarded_protocol, quiet_loop_errors
 from dashboard.store import DataFolderLock
@@ -102,13 +103,13 @@ def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets
     try:
         lock.acquire()
     except DataFolderInUseError as e:
-        print(f"dashboard: error: --data {e}", file=sys.stderr)
+        print(error_line(f"--data {e}"), file=sys.stderr)
         return 1
     try:
         try:
             sock = bind(host, port)
         except OSError as e:
-            print(f"dashboard: error: cannot listen on --host {host} --port {port}: {e.strerror or e}",
+            print(error_line(f"--host {host} --port {port}: expected an address this machine can listen on ({e.strerror or e})"),
                   file=sys.stderr)
             return 1
         with sock:
@@ -123,7 +124,7 @@ def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets
             try:
                 app = create_app(settings)
             except Exception as e:  # e.g. MongoDB unreachable
-                print(f"dashboard: error: cannot open the store: {e}", file=sys.stderr)
+                print(error_line(f"cannot open the store: {e}"), file=sys.stderr)
                 return 1
             store = mongo_url if mongo_url else f'{data_dir / "store"}'
             print(f"Store: {store}\n"

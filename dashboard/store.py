@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -71,6 +72,64 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+class RecordFile:
+    """One JSON object of records by key (a run's live values, a run's usage), in one file that is
+    replaced whole on each change, without holding up the event loop or the records' readers.
+
+    The owner changes a record under its own lock and `stage`s it there: only that record is
+    encoded, so readers wait for one run's record, never for the whole file.  `write`, called once
+    the owner's lock is released (and, from a request, in a worker thread), joins the staged
+    records and writes them with `atomic_write`: one write at a time, each of the newest staged
+    state, and a write whose change another has already written is skipped, so the file only
+    moves forward and is always whole.
+    """
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._encoded: dict[str, str] = {}
+        self._staged = self._written = 0
+        self._state_lock = threading.Lock()  # the encoded records and the staged count
+        self._write_lock = threading.Lock()  # one write at a time, in order
+
+    def load(self) -> dict[str, Any]:
+        records = read_json_object(self.path, self.what)
+        self._encoded = {key: _encode(record) for key, record in records.items()}
+        return records
+
+    def stage(self, key: str, record: Any) -> int:
+        """Take `record` (None: remove it) as the key's content from now on; returns the change's
+        number, for `write`."""
+        encoded = None if record is None else _encode(record)
+        with self._state_lock:
+            if encoded is None:
+                self._encoded.pop(key, None)
+            else:
+                self._encoded[key] = encoded
+            self._staged += 1
+            return self._staged
+
+    def write_soon(self, change: int) -> None:
+        """`write` in a thread of its own, for a caller on the event loop.  Not a daemon thread:
+        the process waits for it before it exits."""
+        threading.Thread(target=self.write, args=(change,), name=f"write {self.path.name}").start()
+
+    def write(self, change: int) -> None:
+        """Make the file hold change number `change` (or a later one)."""
+        with self._write_lock:
+            if self._written >= change:
+                return
+            with self._state_lock:
+                newest, items = self._staged, sorted(self._encoded.items())
+            body = "{" + ",".join(f"{json.dumps(key, ensure_ascii=False)}:{record}" for key, record in items) + "}"
+            atomic_write(self.path, body.encode("utf-8"))
+            self._written = newest
+
+
+def _encode(record: Any) -> str:
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 class AtomicFileDbDriver(FileDbDriver):

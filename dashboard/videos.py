@@ -8,28 +8,32 @@ and the only thing it adds to what it exposes is a read of MP4 files inside run 
 - ``GET /api/v1/videos/<uuid>``: ``{"run_uuid", "video"}``, the run's newest MP4 (by modification
   time) as ``{"name", "url", "bytes", "modified"}``, or ``null`` while it has none.
 - ``GET /api/v1/videos/<uuid>/<name>``: that video, ``video/mp4``, with HTTP Range requests
-  (browsers fetch video in ranges; Starlette's `FileResponse` answers them). `name` is only looked
-  up in the run's own listing, never joined onto a path, and the listing holds only regular files
-  that resolve inside the run folder: no ``..``, no link out of it. Any of the run's videos is
-  served, not just the newest, so a video being watched keeps its address when a newer one lands.
+  (browsers fetch video in ranges). `name` is a "/"-separated path inside the run folder, opened
+  once as `files.open_beneath` does: no ``..``, no hidden name, no link on the way or at the end,
+  only a regular ``.mp4`` file with no second hard link, checked on the opened file and sent from
+  it (a file swapped for a link between a check and an open cannot be served).  Any of the run's
+  videos is served, not just the newest, so a video being watched keeps its address when a newer
+  one lands.
 
-The run folder itself must resolve inside `runs_dir` (a link to elsewhere is ignored), and the
-uuid must be labml's (32 hex digits) before any path is built from it.
+The run folder is ``runs_dir/<name>/<uuid>``, reached the same way: a run folder that is a link
+is ignored.  The uuid must be labml's (32 hex digits) before any name is built from it.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
 from fastapi import Request
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import Response
 from starlette.routing import Route
 
+from dashboard.files import OpenedFile, OpenedFileResponse, open_beneath, open_folder, path_parts
 from dashboard.web import BadRequest, json_endpoint
 
 # What labml names a run folder: uuid1().hex.
@@ -40,7 +44,6 @@ ROUTE = "/api/v1/videos"
 
 @dataclass(frozen=True)
 class Video:
-    path: Path  # resolved, inside the run folder
     name: str  # relative to the run folder, "/"-separated: the address it is served under
     size: int
     modified_ns: int
@@ -51,58 +54,87 @@ class Video:
                 "bytes": self.size, "modified": self.modified_ns / 1e9}
 
 
+def is_video_name(parts: list[str]) -> bool:
+    """A film's path, as the trainer writes them: no hidden name on the way (a film still being
+    written is ``.NAME.partial.mp4``), an ``.mp4`` at the end."""
+    return not any(part.startswith(".") for part in parts) and parts[-1].lower().endswith(VIDEO_SUFFIX)
+
+
+def is_video_file(st: os.stat_result) -> bool:
+    # A second hard link is a second name for a file that may lie outside the run folder.
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
+
 class RunVideos:
     """The MP4 files of each run under `runs_dir` (the trainer's data_dir); None: no videos."""
 
     def __init__(self, runs_dir: Path | None) -> None:
         self.runs_dir = runs_dir
 
-    def run_folder(self, run_uuid: str) -> Path | None:
-        """``runs_dir/<name>/<run_uuid>``, resolved, if there is one inside `runs_dir`."""
+    def run_folder(self, run_uuid: str) -> int | None:
+        """A descriptor of ``runs_dir/<name>/<run_uuid>``, reached without following a link."""
         if self.runs_dir is None or not RUN_FOLDER_RE.match(run_uuid):
             return None
-        root = self.runs_dir.resolve()
-        for candidate in sorted(root.glob(f"*/{run_uuid}")):
-            folder = candidate.resolve()
-            if folder.is_dir() and folder.is_relative_to(root):
-                return folder
-        return None
+        root = open_folder(str(self.runs_dir))
+        if root is None:
+            return None
+        try:
+            for name in sorted(os.listdir(root)):
+                experiment = None if name.startswith(".") else open_folder(name, root)
+                if experiment is None:
+                    continue
+                try:
+                    folder = open_folder(run_uuid, experiment)
+                finally:
+                    os.close(experiment)
+                if folder is not None:
+                    return folder
+            return None
+        finally:
+            os.close(root)
 
     def listing(self, run_uuid: str) -> list[Video]:
-        """The run's videos, oldest first. Hidden files (a film still being written is
-        ``.NAME.partial.mp4``) and anything that resolves outside the run folder are left out."""
+        """The run's videos, oldest first: what `open` would serve."""
         folder = self.run_folder(run_uuid)
         if folder is None:
             return []
         videos = []
-        # os.walk does not descend into linked folders; a linked file is checked where it resolves.
-        for parent, dirs, files in os.walk(folder):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            for file_name in files:
-                if file_name.startswith(".") or not file_name.lower().endswith(VIDEO_SUFFIX):
-                    continue
-                video = _video(folder, Path(parent) / file_name)
-                if video is not None:
-                    videos.append(video)
+        try:
+            # fwalk descends through descriptors and never into a linked folder; files are
+            # looked at without following links.
+            for parent, dirs, files, parent_fd in os.fwalk(".", dir_fd=folder):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+                for file_name in files:
+                    name = os.path.normpath(os.path.join(parent, file_name))
+                    if not is_video_name(name.split("/")):
+                        continue
+                    try:
+                        st = os.stat(file_name, dir_fd=parent_fd, follow_symlinks=False)
+                    except OSError:  # gone meanwhile
+                        continue
+                    if is_video_file(st):
+                        videos.append(Video(name, st.st_size, st.st_mtime_ns))
+        finally:
+            os.close(folder)
         return sorted(videos, key=lambda v: (v.modified_ns, v.name))
 
     def latest(self, run_uuid: str) -> Video | None:
         videos = self.listing(run_uuid)
         return videos[-1] if videos else None
 
-    def find(self, run_uuid: str, name: str) -> Video | None:
-        return next((v for v in self.listing(run_uuid) if v.name == name), None)
-
-
-def _video(folder: Path, path: Path) -> Video | None:
-    try:
-        resolved = path.resolve(strict=True)
-        stat = resolved.stat()
-    except (OSError, RuntimeError):  # gone meanwhile, a link loop
-        return None
-    if not resolved.is_relative_to(folder) or not resolved.is_file():
-        return None
-    return Video(resolved, path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns)
+    def open(self, run_uuid: str, name: str) -> OpenedFile | None:
+        """The video `name` of the run, opened once (see the module's docstring); None if none."""
+        parts = path_parts(name)
+        if parts is None or not is_video_name(parts):
+            return None
+        folder = self.run_folder(run_uuid)
+        if folder is None:
+            return None
+        try:
+            opened = open_beneath(folder, parts, single_name=True)
+        finally:
+            os.close(folder)
+        return opened
 
 
 def _check_run_uuid(run_uuid: str) -> None:
@@ -128,10 +160,10 @@ def video_routes(runs_dir: Path | None) -> list[Route]:
 
     async def video_file(request: Request, run_uuid: str, name: str) -> Response:
         check(run_uuid)
-        video = await anyio.to_thread.run_sync(videos.find, run_uuid, name)
-        if video is None:
+        opened = await anyio.to_thread.run_sync(videos.open, run_uuid, name)
+        if opened is None:
             raise BadRequest(404, f"run {run_uuid} has no video {name[:200]!r}")
-        return FileResponse(video.path, media_type="video/mp4", headers={"X-Content-Type-Options": "nosniff"})
+        return OpenedFileResponse(opened, "video/mp4", headers={"X-Content-Type-Options": "nosniff"})
 
     return [Route(f"{ROUTE}/{{run_uuid}}", json_endpoint(latest_video), methods=["GET"]),
             Route(f"{ROUTE}/{{run_uuid}}/{{name:path}}", json_endpoint(video_file), methods=["GET"])]

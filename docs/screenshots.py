@@ -9,6 +9,9 @@ Two tiny Breakout runs are sent to a dashboard of their own (in a temporary fold
 - "live": takes learning_rate=5e-4 from `experiments.tweak` (applied), is paused (SIGSTOP: it
   sends nothing), takes entropy_coef=0.02 (pending, as it truly is while the run sends nothing),
   is let go (it applies it) and is stopped with Ctrl-C (interrupted).
+Then the comparison page, of three seeds trained by `experiments.curves --jobs 3` and of a population
+of three trained by `experiments.pbt`, both sent to the dashboard: each page is the address the
+command printed (`--pages compare` makes only these two).
 It takes a few minutes on two cores. Needs Debian's chromium (/usr/bin/chromium) and Pillow.
 """
 
@@ -108,7 +111,9 @@ CARD = "[...document.querySelectorAll('.labml-card')].find(c => c.querySelector(
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python docs/screenshots.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "images", help="folder for the PNGs (default: docs/images)")
-    out = parser.parse_args().out
+    parser.add_argument("--pages", choices=["all", "compare"], default="all", help="every page, or the comparison page only")
+    args = parser.parse_args()
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dashboard-screenshots-") as tmp_name:
         tmp = Path(tmp_name)
@@ -116,6 +121,9 @@ def main() -> int:
         processes: list[Process] = [dashboard]
         try:
             dashboard.wait_ready()
+            comparisons(dashboard, tmp, out, processes)
+            if args.pages == "compare":
+                return 0
             runs = tmp / "runs"
             # A run of two legs: 12 updates, ended; resumed with the dashboard to its 24th.
             first = breakout(runs, "--updates", "24", "--stop-after-env-steps", str(12 * 256), "--name", "resumed",
@@ -169,6 +177,31 @@ def main() -> int:
             for process in reversed(processes):
                 process.kill()
     return 0
+
+
+def comparisons(dashboard: Dashboard, tmp: Path, out: Path, processes: list[Process]) -> None:
+    """The comparison page of three seeds (`curves --jobs 3`) and of a population of three (`pbt`), each
+    opened at the address its command printed."""
+    tiny = ["--n-workers", "1", "--envs-per-worker", "2", "--backend", "serial", "--epochs", "1", "--minibatches", "2",
+            "--worker-steps", "32", "--max-episode-frames", "200", "--dashboard", dashboard.url]  # 64 agent steps an update
+    seeds = Process([sys.executable, "-m", "experiments.curves", "--seeds", "1", "2", "3", "--jobs", "3", "--total-env-steps",
+                     "768", "--budget", "768", "--grid", "64", "--budgets", "768", "--out", str(tmp / "curves"), *tiny], cwd=REPO)
+    population = Process([sys.executable, "-m", "experiments.pbt", "--population", "3", "--interval", "3",
+                          "--total-env-steps", "576", "--data-dir", str(tmp / "pbt"), *tiny], cwd=REPO)
+    processes += [seeds, population]
+    pages = {}
+    for name, process in (("seeds", seeds), ("pbt", population)):
+        if process.wait(LIMIT_S) != 0:
+            raise SystemExit(f"screenshots: {name} failed:\n{process.output[-3000:]}")
+        line = next(line for line in reversed(process.lines) if " on the dashboard: " in line)
+        pages[name] = line.split(" on the dashboard: ", 1)[1]
+    with Browser(tmp / "chromium", width=WIDTH, height=1500) as browser:
+        for name, url in pages.items():
+            browser.load(url)
+            until(f"the comparison page of the {name}", lambda: browser.evaluate(
+                "document.body.dataset.loaded === 'yes' && document.querySelectorAll('.curve').length === 3"
+                " && document.fonts.status === 'loaded'"))  # the icons' font too
+            save(browser, out / f"dashboard-compare-{name}.png", "document.querySelector('.page')", 1000)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ trainer keeps torch's thread pool, oneDNN's caches and the pool's pages, which s
 after them, and a bound measured so is lower than the machine's and flatters the loop.
 
 The games are grouped into worker processes as a plain training run groups them on this machine
-(by the usable cores, `configs.grouping.grouped_unless_chosen`) unless `--n-workers`/`--envs-per-worker`
+(by the usable cores, `configs.launch.launch_config`) unless `--n-workers`/`--envs-per-worker`
 say otherwise, so that the default measures the default run.
 
 Measurements run one after another, never overlapping: the vector env's process has ended before
@@ -46,15 +46,14 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
-import torch
-
 from configs.cli import OneLineParser, fail, float_in, int_in, parse_config
 from configs.fields import ConfigError
-from configs.grouping import grouped_unless_chosen
+from configs.grouping import usable_cores
 from configs.ppo import PPOConfig
-from experiments.benchmark_measures import measure_ale_vector, measure_network, measure_pool_and_trainer, status_kb
 from game.atari import canonical_game
-from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device, resolve_precision
+
+# The measures (torch, the pool, the trainer) are imported by the functions that run them, once
+# the command line is accepted: --help and a refused option answer without loading torch.
 
 PROG = "python -m experiments.benchmark"
 
@@ -98,6 +97,11 @@ def in_fresh_process(measure: Callable[..., dict[str, Any]], *args: Any) -> dict
 def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
                   log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
                   compiled: bool = False) -> dict[str, Any]:
+    import torch
+
+    from experiments.benchmark_measures import measure_ale_vector, measure_network, measure_pool_and_trainer, status_kb
+    from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device, resolve_precision
+
     device = resolve_device(config.device)
     compute_dtype = resolve_precision(config.precision, device)
     started = time.perf_counter()
@@ -210,8 +214,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                                 "(infer_sps_compiled, train_sps_compiled; the trainer itself runs eager)")
 
     description = "Measure env, network and training-loop speed against this machine's limits."
-    config, args, overrides = parse_config(argv, prog, description, extra, canonical_game)
-    config = grouped_unless_chosen(config, overrides)  # what a plain training run here would run
+    # Grouped by this machine's cores unless chosen: what a plain training run here would run.
+    config, args, _ = parse_config(argv, prog, description, extra, canonical_game, cores=usable_cores())
+    from ppo.devices import resolve_device, resolve_precision
+
     try:  # the device and its precision, before anything is built or timed
         resolve_precision(config.precision, resolve_device(config.device))
     except ConfigError as e:

@@ -23,13 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from configs.cli import OneLineParser, config_from_overrides, docstring_help, fail, int_in
 from configs.fields import MAX_SEED, ConfigError
 from experiments.run import process_table
-from experiments.run.preflight import check_can_start
-from ppo.checkpoint import load_checkpoint
 
 MARK = "BREAKOUT_CHAOS_MARK"
 
@@ -127,6 +123,10 @@ def interrupted_run(runner: Runner, rng: random.Random, interruptions: int, kill
 
 
 def same_parameters(a: Path, b: Path) -> bool:
+    import torch
+
+    from ppo.checkpoint import load_checkpoint
+
     first, second = load_checkpoint(a)["model"], load_checkpoint(b)["model"]
     return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
@@ -146,6 +146,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parser.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, metavar="INT", help="seeds the runs and the chaos (default: 0)")
     parser.add_argument("--data-dir", default=None, metavar="DIR", help="where the runs go (default: a temporary folder)")
     args = parser.parse_args(argv)
+    from experiments.run.preflight import check_can_start  # torch, once the command line is accepted
+
     if args.data_dir is not None:
         try:  # the runs' own check, before the first of them starts
             check_can_start(config_from_overrides({"data_dir": args.data_dir, "device": "cpu"}))

@@ -6,7 +6,11 @@ then writes, into `--out`:
 
 * `curves.csv`: label, env_step, mean / min / max / std of the score over seeds, seeds counted;
 * `curves.png`: mean (line) and min–max over seeds (band) against agent steps, one colour per label;
-* `table.md`: the score at fixed budgets, mean ± std over seeds and each seed's value.
+* `table.md`: the score at fixed budgets, mean ± std over seeds and each seed's value (one seed:
+  its score alone, `12.3 (1 seed)`), then a note for each label too short to draw.
+
+Runs trained with `--dashboard URL` (passed on to each) report to that dashboard; the last line
+printed is then the address of their comparison page there.
 
 The std is numpy's (ddof 0): the spread of these seeds about their mean. As an estimate of the
 spread of seeds in general it is low by √(n / (n − 1)), 1.22 times for 3 seeds; the table shows
@@ -36,8 +40,9 @@ import numpy as np
 from configs.cli import OneLineParser, docstring_help, fail, int_in
 from configs.fields import MAX_ENV_STEPS, MAX_SEED
 from configs.grouping import usable_cores
+from configs.terminal import escaped
 from experiments.run.games_csv import GameRow, read_games
-from experiments.seed_runs import seed_run, train_seeds
+from experiments.seed_runs import print_comparison, seed_run, train_seeds
 from experiments.seed_stats import compare
 
 DEFAULT_BUDGETS = (100_000, 250_000, 500_000, 1_000_000)
@@ -157,15 +162,35 @@ def table(curves: Sequence[Curve], budgets: Sequence[int]) -> str:
                 cells.append("–")
                 continue
             column = c.scores[:, i]
-            seeds = " / ".join("–" if math.isnan(v) else f"{v:.1f}" for v in column)
             present = column[~np.isnan(column)]
             columns.append(present)
-            cells.append(f"**{present.mean():.1f}** ± {present.std():.1f} ({seeds})" if present.size else "–")
+            cells.append(score_cell(column) if present.size else "–")
         if paired:
             testable = len(columns) == 2 and min(len(x) for x in columns) >= 2
             cells.append(compare(columns[0], columns[1]).line() if testable else "–")
         lines.append(f"| {budget:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def score_cell(column: np.ndarray) -> str:
+    """One label at one budget: `**mean** ± std (each seed)`; a spread only where two seeds or more
+    have a score (one seed has none to show: `**12.3** (1 seed)`)."""
+    present = column[~np.isnan(column)]
+    spread = f" ± {present.std():.1f}" if present.size > 1 else ""
+    seeds = " / ".join("–" if math.isnan(v) else f"{v:.1f}" for v in column) if column.size > 1 else "1 seed"
+    return f"**{present.mean():.1f}**{spread} ({seeds})"
+
+
+def undrawn_notes(curves: Sequence[Curve], spans: Mapping[str, int], grid: int) -> list[str]:
+    """One line for each label whose runs are too short for a curve: they reach `spans[label]`
+    agent steps, less than one --grid step, which leaves the label fewer than two points to draw
+    (a --budgets step within its runs can be one)."""
+    def points(c: Curve) -> int:
+        return int(np.any(~np.isnan(c.scores), axis=0).sum())
+    def remedy(span: int) -> str:
+        return f"; --grid {span} or less draws it" if span > 0 else ""
+    return [f"{c.label}: no curve drawn, its runs reach {spans[c.label]:,} agent steps, less than one --grid step "
+            f"({grid:,}){remedy(spans[c.label])}" for c in curves if spans[c.label] < grid and points(c) < 2]
 
 
 def plot(curves: Sequence[Curve], path: Path, title: str) -> None:
@@ -297,11 +322,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     markdown = table(curves, args.budgets)
     if (note := machines_note(groups)) is not None:
         markdown += f"\n{note}\n"
-    for line in stopped:
+    for line in [*stopped, *undrawn_notes(curves, spans, args.grid)]:
         markdown += f"\nnote: {line}.\n"
     (out / "table.md").write_text(markdown)
-    print(markdown, end="")
+    print(escaped(markdown, lines=True), end="")  # machines read from the runs' summary.json
     print(f"curves: wrote {out / 'curves.csv'}, {out / 'curves.png'}, {out / 'table.md'}")
+    if not args.runs:
+        print_comparison(extra, groups["project"])
     return 0
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from configs.cli import OneLineParser, docstring_help
 from dashboard.assets import default_cache_dir
-from dashboard.guard import normalize_host_name
 
 
 def default_data_dir() -> Path:
@@ -66,7 +65,7 @@ def _raise_open_file_limit(needed: int) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    parser = OneLineParser(name_in_errors=True, prog=prog, description=docstring_help(__doc__)[0])
+    parser = OneLineParser(prog=prog, description=docstring_help(__doc__)[0])
     parser.add_argument("--host", default="127.0.0.1", metavar="ADDRESS", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", default="5005", metavar="PORT", help="port to listen on, 1-65535 (default: 5005)")
     parser.add_argument("--data", default=str(default_data_dir()), metavar="DIR",
@@ -121,6 +120,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         socket.getaddrinfo(args.host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
     except (socket.gaierror, UnicodeError):
         parser.fail(f"--host {args.host!r}: expected localhost or a numeric IP address such as 127.0.0.1")
+    if args.allowed_host:  # the guard brings the web framework (2 s): not for --help nor another option
+        from dashboard.guard import normalize_host_name
     for name in args.allowed_host:
         try:
             normalize_host_name(name)

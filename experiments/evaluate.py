@@ -3,9 +3,9 @@
     python -m experiments.evaluate --run RUN_UUID --games 10 --video breakout.mp4
 
 Plays whole games (all lives) with the run's policy on the run's own game settings, prints each
-game's full-game unclipped score, then `mean ± std`, and films the first game. The last line
-printed is one JSON object with the results. Bad input is one `error:` line and exit code 2,
-before anything is played or written.
+game's full-game unclipped score, then `mean ± std`, and films the first game. Those lines are for
+people and go to stderr; stdout holds one line, a JSON object with the results. Bad input is one
+`error:` line and exit code 2, before anything is played or written.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from configs.cli import OneLineParser, bad_value, fail
-from configs.fields import MAX_SEED, MAX_UPDATES
+from configs.fields import DEFAULT_GREEDY_EPSILON, MAX_SEED, MAX_UPDATES, device_name
 from configs.ppo import ConfigError
-from experiments.run.folders import checkpoint_path, find_run
-from game.atari import EpisodeStats, is_known_game
-from ppo.checkpoint import CheckpointError, load_checkpoint
-from ppo.devices import resolve_device
-from ppo.evaluation import DEFAULT_GREEDY_EPSILON, evaluation_spec, model_from_checkpoint, play_games, summarize
+from experiments.run.console import say
+
+if TYPE_CHECKING:
+    import torch
+
+# The learner (torch) and the run folders' readers are imported by the functions that use them,
+# once the command line is accepted: --help and a refused option answer without loading torch.
 
 _UUID = re.compile(r"^[0-9a-f]{32}$")
 MAX_GAMES = 100_000  # a game takes seconds to minutes: more would not end in a lifetime
@@ -59,7 +59,15 @@ def _epsilon(text: str | None, greedy: bool) -> float:
     return value
 
 
+def check_device_name(text: str) -> None:
+    """`--device` as it is spelt (auto, cpu, cuda, cuda:N), before torch is loaded to find it."""
+    if (accepted := device_name(text)) is not None:
+        bad_value("--device", text, accepted)
+
+
 def parse_device(text: str) -> torch.device:
+    from ppo.devices import resolve_device
+
     try:
         return resolve_device(text)
     except ConfigError as e:
@@ -100,6 +108,9 @@ def _run_uuid_of(path: Path, checkpoint: dict[str, Any]) -> str | None:
 def resolve_checkpoint(run: str | None, checkpoint: str | None,
                        data_dir: str) -> tuple[Path, dict[str, Any], str | None]:
     """(checkpoint path, checkpoint, run uuid) from --run and/or --checkpoint; exits on bad input."""
+    from experiments.run.folders import checkpoint_path, find_run
+    from ppo.checkpoint import CheckpointError, load_checkpoint
+
     if run is None and checkpoint is None:
         fail("--run: expected the uuid of a trained run (or give --checkpoint PATH)")
     run_dir = None
@@ -170,8 +181,12 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     assert games is not None and seed is not None  # both have defaults, so never none
     max_steps = _int("--max-steps", args.max_steps, 1, MAX_UPDATES, allow_none=True)
     epsilon = _epsilon(args.epsilon, args.greedy)
-    device = parse_device(args.device)
+    check_device_name(args.device)
     video = _video_path(args.video)
+    from game.atari import EpisodeStats, is_known_game
+    from ppo.evaluation import evaluation_spec, model_from_checkpoint, play_games, summarize
+
+    device = parse_device(args.device)
     path, state, run_uuid = resolve_checkpoint(args.run, args.checkpoint, args.data_dir)
     option, value = ("--checkpoint", args.checkpoint) if args.checkpoint is not None else ("--run", args.run)
     try:
@@ -185,23 +200,23 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
     assert games is not None and seed is not None
     mode = "greedy" if args.greedy else "sampled"
-    print(f"evaluating {path} (update {state.get('update')}, {state.get('env_steps')} env steps): "
-          f"{games} game(s) of {spec.game}, {mode} actions, ε={epsilon:g}, seed {seed}, on {device}", flush=True)
+    say(f"evaluating {path} (update {state.get('update')}, {state.get('env_steps')} env steps): "
+          f"{games} game(s) of {spec.game}, {mode} actions, ε={epsilon:g}, seed {seed}, on {device}")
 
     def report(index: int, e: EpisodeStats) -> None:
         flag = " (truncated)" if e.truncated else ""
-        print(f"game {index + 1}/{games}: score {e.score:g} in {e.length} steps{flag}", flush=True)
+        say(f"game {index + 1}/{games}: score {e.score:g} in {e.length} steps{flag}")
 
     episodes = play_games(model, spec, games, device, greedy=args.greedy, epsilon=epsilon, seed=seed,
                           video_path=video, max_steps=max_steps, on_game=report)
     scores = [e.score for e in episodes]
     stats = summarize(scores)
     truncated = sum(e.truncated for e in episodes)
-    print(f"score {stats['mean']:.2f} ± {stats['std']:.2f} over {games} game(s) "
+    say(f"score {stats['mean']:.2f} ± {stats['std']:.2f} over {games} game(s) "
           f"(min {stats['min']:g}, max {stats['max']:g})"
           + (f"; {truncated} truncated, their scores are partial" if truncated else ""))
     if video is not None:
-        print(f"video of game 1: {video}")
+        say(f"video of game 1: {video}")
     result = {
         "games": games,
         "scores": scores,
@@ -218,7 +233,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         "update": state.get("update"),
         "env_steps": state.get("env_steps"),
     }
-    print(json.dumps(result), flush=True)
+    print(json.dumps(result), flush=True)  # stdout's one line: `$(python -m experiments.evaluate …)` is the JSON
     return 0
 
 

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from configs.cli import OneLineParser, docstring_help, fail
+from configs.cli import OneLineParser, docstring_help, fail, int_in
+from configs.fields import MAX_ENV_STEPS
 from experiments.run.games_csv import GamesCsv
 from experiments.run.stopping import GracefulStop
 
@@ -105,15 +106,16 @@ PROG = "python -m experiments.peer_sb3"
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parser = OneLineParser(prog=prog, description=docstring_help(__doc__)[0])
-    parser.add_argument("--seed", type=int, default=1, metavar="INT", help="seeds SB3 and its envs (default: 1)")
-    parser.add_argument("--total-env-steps", type=int, default=1_000_000, metavar="INT", help="the schedule's length (default: 1000000)")
-    parser.add_argument("--stop-after-env-steps", type=int, default=None, metavar="INT", help="end at this budget (default: the schedule's end)")
+    # numpy's legacy seeding, which SB3 uses, takes seeds below 2**32.
+    parser.add_argument("--seed", type=int_in(0, 2**32 - 1), default=1, metavar="INT", help="seeds SB3 and its envs (default: 1)")
+    parser.add_argument("--total-env-steps", type=int_in(1, MAX_ENV_STEPS), default=1_000_000, metavar="INT",
+                        help="the schedule's length (default: 1000000)")
+    parser.add_argument("--stop-after-env-steps", type=int_in(1, MAX_ENV_STEPS), default=None, metavar="INT",
+                        help="end at this budget (default: the schedule's end)")
     parser.add_argument("--run-dir", required=True, metavar="DIR", help="where games.csv goes")
     args: argparse.Namespace = parser.parse_args(argv)
     if not sb3_installed():
         fail('stable-baselines3 is not installed: pip install -e ".[compare]"')
-    if args.total_env_steps <= 0:
-        fail(f"--total-env-steps {args.total_env_steps}: expected an integer > 0")
     stop_after = args.total_env_steps if args.stop_after_env_steps is None else args.stop_after_env_steps
     return train(args.seed, args.total_env_steps, stop_after, Path(args.run_dir))
 

@@ -133,3 +133,24 @@ def _run_folder(run: SeedRun) -> Path:
     if not games:
         fail(f"{run.side} seed {run.seed} wrote no games.csv under {run.out}")
     return games[-1].parent
+
+
+def dashboard_of(extra: Sequence[str]) -> str | None:
+    """The --dashboard given to the training runs (the options curves passes on to them), or None."""
+    given = None
+    for i, arg in enumerate(extra):
+        if arg == "--dashboard" and i + 1 < len(extra):
+            given = extra[i + 1]
+        elif arg.startswith("--dashboard="):
+            given = arg.split("=", 1)[1]
+    return None if given is None or given.strip().lower() in ("none", "null") else given
+
+
+def print_comparison(extra: Sequence[str], folders: Sequence[Path]) -> None:
+    """The dashboard's comparison page of the runs trained (a run's folder is named by its uuid), when
+    they reported to one."""
+    dashboard = dashboard_of(extra)
+    if dashboard is not None and folders:
+        from dashboard.client import compare_line
+
+        print(f"curves: {compare_line(dashboard, [folder.name for folder in folders], 'runs')}", flush=True)

@@ -13,7 +13,7 @@ run uuid: with `--data-dir` on storage every node sees, it resumes from its last
 
 At the end: a table of trials sorted by their final full-game score (`score_mean_100`), also
 written as CSV (`--csv`, default `<data_dir>/<name>/sweep-<time>.csv`), whose path is the last
-line printed. Exit code 0 when every trial completed, 1 otherwise.
+line printed; with `--dashboard`, the line before it is the address of the trials' comparison page. Exit code 0 when every trial completed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, float_in, int_in, overrides_from_args, spell_game
+from configs.cli import OneLineParser, build_parser, config_from_overrides, error_line, fail, float_in, int_in, overrides_from_args, spell_game
 from configs.fields import MAX_SEED, MAX_WORKERS
 from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
+from configs.terminal import escaped
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
 from game.vector.private_ray import join_ray_cluster, ray_refusal, start_private_ray, stop_ray
@@ -53,18 +54,18 @@ def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     (Ray re-ran this trial after its node or process was lost). Returns the run's summary."""
     from experiments.run.folders import checkpoint_path, find_run
     from experiments.run.lifecycle import TrainingRun
+    from experiments.run.plan import LaunchPlan, plan_launch
     from experiments.run.preflight import check_can_start
-    from experiments.run.resume import resume_config
 
-    config = config_from_overrides(overrides, game_exists=is_known_game)
-    resume = None
+    config = config_from_overrides(overrides, game_exists=is_known_game)  # the trial's games as the sweep grouped them
     run_dir = find_run(Path(config.data_dir), run_uuid)
     if run_dir is not None and checkpoint_path(run_dir).exists():
-        config, resume = resume_config(Path(config.data_dir), run_uuid, overrides)
+        plan = plan_launch(overrides, run_uuid)
     else:
         check_can_start(config)
-    result = TrainingRun(config, resume, run_uuid=run_uuid).run()
-    return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": resume is not None}
+        plan = LaunchPlan(config, run_uuid=run_uuid)
+    result = TrainingRun(plan).run()
+    return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": plan.resume is not None}
 
 
 # ---- the driver -----------------------------------------------------------------------------------
@@ -180,6 +181,15 @@ def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
             writer.writerow({**r, "rank": rank, SCORE: r.get("score")})
 
 
+def print_comparison(dashboard: str | None, rows: list[dict[str, Any]]) -> None:
+    """The dashboard's comparison page of the trials that trained (best first), when they reported to one."""
+    trained = [r["run_uuid"] for r in rows if r.get("updates") is not None]  # a trial Ray lost never reached it
+    if dashboard and trained:
+        from dashboard.client import compare_line
+
+        print(compare_line(dashboard, trained, "trials"), flush=True)
+
+
 def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], PPOConfig, list[dict[str, Any]], float, str | None]:
     """Everything a sweep will run, checked before anything starts: (search space, the settings
     every trial shares, their config, the trials, CPUs per trial, the cluster's address)."""
@@ -242,7 +252,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     csv_path = Path(args.csv) if args.csv else Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv"
 
     def log(line: str) -> None:
-        print(line, flush=True)
+        print(escaped(line), flush=True)  # a trial's status and error come from its run
 
     names = [*space.grid, *space.random]
     print(f"sweep: {len(trials)} trials of {_params(fixed)}; searching {', '.join(names)}; "
@@ -250,7 +260,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     try:
         signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)  # kept through ray.init by `connect`
         if not connect(address, cpus):
-            print(f"error: --cpus-per-trial {cpus:g}: no node of the cluster at {address} has that many CPUs", file=sys.stderr)
+            print(error_line(f"--cpus-per-trial {cpus:g}: expected at most the CPUs of one node of the cluster at {address}"),
+                  file=sys.stderr)
             return 2
         rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log))
     except KeyboardInterrupt:
@@ -259,8 +270,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     finally:
         stop_ray()  # a private instance stops; a cluster is only disconnected from
     print()
-    print(table(rows, names))
+    print(escaped(table(rows, names), lines=True))
     write_csv(csv_path, rows, names)
+    print_comparison(fixed.get("dashboard"), rows)
     print(csv_path, flush=True)
     return 0 if all(r.get("status") == "completed" for r in rows) else 1
 

@@ -9,13 +9,18 @@ running (completed, interrupted, crashed) takes none: the change is refused.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
-from configs.cli import OneLineParser, docstring_help
+from configs.cli import OneLineParser, docstring_help, fail
 from configs.machine import url_problem
-from dashboard.client import DEFAULT_DASHBOARD_URL, DashboardError, get_hyperparams, set_hyperparams
+from configs.terminal import escaped
+from configs.urls import DEFAULT_DASHBOARD as DEFAULT_DASHBOARD_URL
+from configs.urls import strip_userinfo
+from dashboard.client import DashboardError, get_hyperparams, set_hyperparams
 
 Number = int | float
 
@@ -50,16 +55,48 @@ def listing_line(key: str, p: dict[str, Any]) -> str:
     return f'{key} = {p["current"]}  {p["type"]} in [{p["range"][0]}, {p["range"][1]}]{notes}'
 
 
+def recorded_dashboard(run_dir: Path) -> str | None:
+    """The dashboard a run folder's `configs.yaml` says the run reported to (labml writes it for each
+    leg), or None: none recorded, or a file that cannot be read as one (a link, not a file, too large)."""
+    import yaml  # a labml dependency; only this message needs it
+
+    try:
+        fd = os.open(run_dir / "configs.yaml", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(1 << 20) if os.fstat(f.fileno()).st_size <= 1 << 20 else b""
+        url = yaml.safe_load(text)["dashboard"]["computed"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return strip_userinfo(url) if isinstance(url, str) and url.isprintable() and url_problem(url) is None else None
+
+
+def unknown_run(run_uuid: str, dashboard: str, data_dir: str) -> str:
+    """The one line for a run the dashboard does not know: which dashboard was asked, and what the
+    run's folder here (if any) says of where the run reports."""
+    asked = strip_userinfo(dashboard)
+    line = f"RUN_UUID {run_uuid}: expected a run the dashboard at {asked} knows; it has none of that uuid"
+    run_dir = next((p for p in Path(data_dir).glob(f"*/{run_uuid}") if p.is_dir()), None)
+    if run_dir is None:
+        return line + " (a run that reports to another dashboard: add --dashboard URL)"
+    elsewhere = recorded_dashboard(run_dir)
+    if elsewhere is None:
+        return (line + f". Its folder {run_dir} is here, but the run reported to no dashboard: "
+                       f"only a run started (or resumed) with --dashboard {asked} can be tweaked there")
+    return line + f". Its folder {run_dir} says it reported to {elsewhere}: add --dashboard {elsewhere}"
+
+
 PROG = "python -m experiments.tweak"
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     description, examples = docstring_help(__doc__)
-    parser = OneLineParser(name_in_errors=True, prog=prog, description=description, epilog=examples)
+    parser = OneLineParser(prog=prog, description=description, epilog=examples)
     parser.add_argument("run_uuid", metavar="RUN_UUID", help="the run, as printed by labml and the dashboard")
     parser.add_argument("changes", metavar="NAME=VALUE", nargs="*", help="new values; none lists the current ones")
     parser.add_argument("--dashboard", metavar="URL", default=DEFAULT_DASHBOARD_URL,
                         help=f"the dashboard (default: {DEFAULT_DASHBOARD_URL})")
+    parser.add_argument("--data-dir", metavar="DIR", default="runs",
+                        help="where to look for the run when the dashboard does not know it (default: runs)")
     args = parser.parse_args(argv)
 
     if not re.fullmatch(r"[0-9a-f]{32}", args.run_uuid):
@@ -77,21 +114,24 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     try:
         if not changes:
             info = get_hyperparams(args.dashboard, args.run_uuid)
+            # Every word of the answer is the dashboard's (any local client can set a run's status,
+            # which the refusal quotes): shown with its control characters escaped.
             for key, p in info["params"].items():
-                print(listing_line(key, p))
+                print(escaped(listing_line(key, p)))
             if not info["params"]:
-                print(f"run {args.run_uuid} has no dynamic hyperparameters")
+                print(f"run {args.run_uuid} has no live hyperparameters")
             if info.get("refusal"):
-                print(f'changes: refused, {info["refusal"]}')
+                print(escaped(f'changes: refused, {info["refusal"]}'))
             return 0
         pending = set_hyperparams(args.dashboard, args.run_uuid, changes)
     except DashboardError as e:
+        if e.status == 404 and str(e).startswith("unknown run"):
+            parser.fail(unknown_run(args.run_uuid, args.dashboard, args.data_dir))
         if e.status is not None and 400 <= e.status < 500:
             parser.fail(str(e))  # the request itself was wrong
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
-        return 1
-    print("queued: " + ", ".join(f"{k}={v}" for k, v in pending.items()) +
-          " (the run applies them with its next update)")
+        fail(str(e), code=1)
+    print(escaped("queued: " + ", ".join(f"{k}={v}" for k, v in pending.items()) +
+                  " (the run applies them with its next update)"))
     return 0
 
 

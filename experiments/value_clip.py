@@ -25,14 +25,8 @@ from typing import Any
 
 from configs.cli import OneLineParser, bad_value, docstring_help
 from configs.ppo import ConfigError, PPOConfig, validate
-from experiments.evaluate import parse_device, resolve_checkpoint
+from experiments.evaluate import check_device_name, parse_device, resolve_checkpoint
 from experiments.run.console import say
-from experiments.run.resume import checked_live_values
-from game.atari import action_meanings, is_known_game
-from game.vector import game_specs, make_pool
-from ppo.checkpoint import Checkpoint, CheckpointError
-from ppo.seeding import derive_seeds
-from ppo.trainer import Trainer
 
 DEFAULT_EPSILONS = ("0.05", "0.1", "0.2", "0.5", "1.0")
 
@@ -69,6 +63,15 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parser.add_argument("--device", metavar="DEVICE", default="cpu", help="cpu (the default), auto, cuda or cuda:N")
     args = parser.parse_args(argv)
     epsilons = [parse_epsilon(text) for text in args.epsilons]
+    check_device_name(args.device)
+    # The learner (torch) once the command line is accepted: --help and a refused option answer without it.
+    from experiments.run.resume import checked_live_values
+    from game.atari import action_meanings, is_known_game
+    from game.vector import game_specs, make_pool
+    from ppo.checkpoint import Checkpoint, CheckpointError
+    from ppo.seeding import derive_seeds
+    from ppo.trainer import Trainer
+
     device = parse_device(args.device)
     path, state, run_uuid = resolve_checkpoint(args.run, args.checkpoint, args.data_dir)
     option, value = ("--checkpoint", args.checkpoint) if args.checkpoint is not None else ("--run", args.run)
@@ -80,7 +83,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         learner.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
     except (ConfigError, CheckpointError, KeyError, TypeError, ValueError) as e:
         bad_value(option, value, f"a checkpoint written by python -m experiments.breakout ({e})")
-    live = checked_live_values(learner.live_values)
+    notes: list[str] = []
+    live = checked_live_values(learner.live_values, notes)
+    for note in notes:
+        say(note)
 
     seeds = derive_seeds(config.seed, config.n_envs)
     with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:

@@ -24,7 +24,6 @@ from torch import nn
 from ppo.files import atomic_write
 from ppo.model import ActorCritic
 
-CHECKPOINT_NAME = "checkpoint.pt"
 # The layout of the fields below. 1: the files written before the version was recorded, the same
 # fields save `version`, with `n_actions` and `sample_generator_device` possibly absent (told by the
 # policy head and by the size of the generator's state instead).
@@ -59,6 +58,7 @@ class Checkpoint:
     worker_restarts: int = 0  # workers replaced over the whole run (the next replacement's seeds follow on)
     nonfinite_skipped: int = 0  # minibatches skipped for a NaN/inf loss
     machines: Any = None  # the machines that trained the run (checked on resume); None: not recorded
+    machine_choices: Any = None  # the settings the first leg's machine chose, with why (checked on resume)
     version: int = CHECKPOINT_VERSION
 
     def stored(self) -> dict[str, Any]:

@@ -5,9 +5,9 @@ threshold (128 KiB, raised by itself up to 32 MiB as it sees them freed) with fr
 kernel and gives the top of its heap back once more than the trim threshold is free there. A PPO
 minibatch allocates the same large blocks every step: the frames as floats (256 × 4 × 84 × 84 × 4 B
 = 29 MB), each layer's activations and their gradients. So each step got its memory back from the
-kernel as new pages, and the kernel zeroes every page on first touch: 20,480 page faults (80 MB)
-per minibatch step measured on the 2-core machine. Keeping freed memory in the heap lets the next
-step reuse it with no fault at all, and made updates 13% faster there (docs/benchmarks.md).
+kernel as new pages, and the kernel zeroes every page on first touch: tens of thousands of page
+faults a step. Keeping freed memory in the heap lets the next step reuse it with no fault at all
+(what that saves is measured in docs/benchmarks.md, "What each choice in the loop buys").
 
 Results do not change: only where the bytes live does. The cost is that the process keeps its
 peak heap (a few hundred MB for the defaults) instead of returning it between minibatches.

@@ -31,7 +31,7 @@ class ActorCritic(nn.Module):
         # the losses, log-probabilities and values downstream are fp32 whatever the precision.
         self.compute_dtype = compute_dtype
         # Channels-last (NHWC) lets oneDNN's CPU convolutions skip layout reorders: the same
-        # numbers, measured 1.9× faster forward+backward here. Parameters keep their identity.
+        # numbers, faster (docs/benchmarks.md, "What each choice in the loop buys"). Parameters keep their identity.
         self.channels_last = channels_last
         relu_gain = math.sqrt(2)
         self.trunk = nn.Sequential(

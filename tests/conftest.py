@@ -225,3 +225,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.ray)
         if item.path.name == "test_browser.py":
             item.add_marker(pytest.mark.browser)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A skipped fingerprint test means nothing checked that moved code still learns the same: say so
+    in a banner of its own at the end, not only as one line among the skips."""
+    skipped = [report for report in terminalreporter.stats.get("skipped", [])
+               if "test_fingerprint.py" in getattr(report, "nodeid", "")]
+    if skipped:
+        terminalreporter.section("WHAT IS LEARNED WAS NOT CHECKED", sep="!", red=True, bold=True)
+        _, _, reason = skipped[0].longrepr if isinstance(skipped[0].longrepr, tuple) else ("", "", str(skipped[0].longrepr))
+        terminalreporter.write_line(f"tests/test_fingerprint.py was skipped on this machine: {reason}", red=True, bold=True)
+        terminalreporter.write_line("No test here pins the learner bit for bit; record this machine's fingerprint "
+                                    "from the commit before a change, then run the suite again.", red=True)

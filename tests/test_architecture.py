@@ -43,6 +43,29 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+# The training process: what `python -m experiments.breakout` (and a sweep trial) runs. It reaches
+# the dashboard over HTTP only, through labml, and labml through experiments/run/labml/ alone.
+TRAINING_SIDE = ["configs", "game", "ppo", "experiments/breakout.py", "experiments/run"]
+LABML_SEAM = REPO / "experiments" / "run" / "labml"
+
+
+def training_side_modules() -> list[Path]:
+    paths = [REPO / place for place in TRAINING_SIDE]
+    return sorted(p for path in paths for p in ([path] if path.suffix == ".py" else path.rglob("*.py")))
+
+
+def test_the_training_process_imports_nothing_of_the_dashboard() -> None:
+    offenders = [str(path.relative_to(REPO)) for path in training_side_modules() if "dashboard" in imported_packages(path)]
+    assert offenders == []
+
+
+def test_the_training_process_touches_labml_in_one_folder() -> None:
+    offenders = [str(path.relative_to(REPO)) for path in training_side_modules()
+                 if "labml" in imported_packages(path) and LABML_SEAM not in path.parents]
+    assert offenders == []
+    assert any("labml" in imported_packages(path) for path in LABML_SEAM.glob("*.py"))  # the check sees labml's imports
+
+
 def test_imported_packages_reads_every_kind_of_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os, game.atari\nfrom ppo.model import X\nfrom . import sibling\n\ndef f():\n    import torch\n")
@@ -80,10 +103,16 @@ def test_the_training_command_reads_its_command_line_before_it_loads_the_learner
     for argv, code in ((["--help"], "0"), (["--epochs", "0"], "2")):
         answer = subprocess.run([sys.executable, "-c", probe, *argv], cwd=REPO, capture_output=True, text=True, check=True)
         assert answer.stdout.split()[-3:] == [code, "False", "False"], (argv, answer.stdout[-500:], answer.stderr[-500:])
-    # An accepted command line loads them (the probe sees them), here to look for a run that is not there.
-    accepted = subprocess.run([sys.executable, "-c", probe, "--resume", "f" * 32, "--data-dir", str(tmp_path)],
+    # A resume of a run that is not there is refused before torch loads too.
+    missing = subprocess.run([sys.executable, "-c", probe, "--resume", "f" * 32, "--data-dir", str(tmp_path)],
+                             cwd=REPO, capture_output=True, text=True, check=True)
+    assert missing.stdout.split()[-3:] == ["2", "False", "False"], missing.stderr[-500:]
+    # An accepted command line loads torch (the probe sees it): here its device is checked, and its
+    # data dir found to be a file; labml only once the run starts (experiments/run/labml/).
+    (not_a_folder := tmp_path / "file").write_text("")
+    accepted = subprocess.run([sys.executable, "-c", probe, "--data-dir", str(not_a_folder)],
                               cwd=REPO, capture_output=True, text=True, check=True)
-    assert accepted.stdout.split()[-3:] == ["2", "True", "True"], accepted.stderr[-500:]
+    assert accepted.stdout.split()[-3:] == ["2", "True", "False"], accepted.stderr[-500:]
 
 
 def test_names_configs_must_spell_again_stay_equal() -> None:
@@ -108,3 +137,16 @@ def test_the_game_settings_default_as_the_config_does() -> None:
     shared = sorted((spec.keys() & config.keys()) - {"seed"})  # a game's seed is derived from the run's
     assert shared == sorted(f.name for f in dataclasses.fields(GameSpec) if f.name != "seed")
     assert {k: spec[k] for k in shared} == {k: config[k] for k in shared}
+
+
+def test_the_dashboard_tests_probe_is_a_plain_labml_experiment() -> None:
+    """tests/dashboard/probe_run.py stands for any labml experiment (labml_nn's PPO, say) in the
+    dashboard's tests, live changes included: at module level it imports labml and nothing of ours."""
+    tree = ast.parse((REPO / "tests" / "dashboard" / "probe_run.py").read_text())
+    top = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top.add(node.module.split(".")[0])
+    assert "labml" in top and not top & OURS, sorted(top)

@@ -4,6 +4,8 @@ with in-process checks only where a value has to be looked at inside."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +24,109 @@ from tests.test_experiment import summary_of
 
 ENTRY_POINTS = ["breakout", "evaluate", "dashboard", "tweak", "benchmark", "chaos", "sweep", "curves", "peer_sb3", "value_clip"]
 UNDERSCORED = [f.name for f in config_fields() if "_" in f.name]
+
+# `python -m MODULE ARGS` with torch, Ray and labml made unimportable: each attempt to import one
+# is refused (ImportError) and recorded, so that one hidden behind a `try` is seen too. What the
+# command answered goes to stdout and stderr as usual; the exit code and the attempts to $PROBE_OUT.
+PROBE = """
+import json, os, runpy, sys
+HEAVY, attempted = ("torch", "ray", "labml"), []
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in HEAVY:
+            attempted.append(name)
+            raise ImportError(f"{name} imported while answering the command line")
+        return None
+sys.meta_path.insert(0, Refuse())
+module, sys.argv = sys.argv[1], sys.argv[1:]
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    code = 0
+except SystemExit as e:
+    code = e.code
+with open(os.environ["PROBE_OUT"], "w") as out:
+    json.dump({"code": code, "attempted": attempted, "loaded": [m for m in HEAVY if m in sys.modules]}, out)
+"""
+
+# One refused option of every command, each the line it must print (worked out from the option's range).
+REFUSALS = {
+    "train": (["--epochs", "0"], "error: --epochs 0: expected a number > 0"),
+    "evaluate": (["--games", "0"], "error: --games 0: expected an integer from 1 to 100_000"),
+    "dashboard": (["--port", "http"], "error: --port 'http': expected an integer from 1 to 65535"),
+    "tweak": (["abc"], "error: RUN_UUID 'abc': expected the uuid of a run (32 hex digits, as labml prints it)"),
+    "benchmark": (["--duration", "0"], "error: --duration 0: expected a number > 0 and ≤ 3600"),
+    "curves": (["--window", "0"], "error: --window 0: expected an integer from 1 to 100_000"),
+    "value-clip": (["--epsilons", "-1"], "error: --epsilons -1: expected finite numbers ≥ 0 (value clip ranges, in the value's own units)"),
+    "chaos": (["--updates", "0"], "error: --updates 0: expected an integer from 1 to 10_000"),
+    "sweep": (["--samples", "0"], "error: --samples 0: expected an integer from 1 to 10_000"),
+    "pbt": (["--population", "1"], "error: --population 1: expected an integer from 2 to 1_024"),
+}
+
+
+def probed(tmp_path: Path, module: str, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp_path / "probe.json"
+    out.unlink(missing_ok=True)
+    result = subprocess.run([sys.executable, "-c", PROBE, module, *args], cwd=REPO, capture_output=True, text=True,
+                            timeout=300, env=dict(os.environ, PROBE_OUT=str(out)))
+    assert out.exists(), result.stderr[-3000:]  # the probe itself ran to its end
+    return result, json.loads(out.read_text())
+
+
+def test_the_commands_are_all_probed() -> None:
+    assert sorted(REFUSALS) == sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_help_and_a_refusal_answer_without_torch_ray_or_labml(command: str, tmp_path: Path) -> None:
+    """Every command: --help, through the dispatcher and its own module (each imports the module its
+    own way), then one bad option, each answered with the heavy libraries unimportable (a command
+    that reached for one fails here)."""
+    for module, args in (("experiments", [command]), (COMMANDS[command].module, [])):
+        helped, probe = probed(tmp_path, module, *args, "--help")
+        assert probe == {"code": 0, "attempted": [], "loaded": []}, (module, probe, helped.stderr[-2000:])
+        assert helped.stdout.startswith("usage: ") and helped.stderr == ""
+    option, line = REFUSALS[command]
+    refused, probe = probed(tmp_path, "experiments", command, *option)
+    assert probe == {"code": 2, "attempted": [], "loaded": []}, (probe, refused.stderr[-2000:])
+    assert refused.stdout == "" and refused.stderr == line + "\n", refused.stderr
+
+
+def test_the_dispatcher_and_the_sb3_peer_answer_without_torch_ray_or_labml(tmp_path: Path) -> None:
+    for args in (["--help"], ["--version"]):
+        result, probe = probed(tmp_path, "experiments", *args)
+        assert probe == {"code": 0, "attempted": [], "loaded": []} and result.stdout, result.stderr
+    result, probe = probed(tmp_path, "experiments", "trian")
+    assert probe == {"code": 2, "attempted": [], "loaded": []}
+    assert result.stderr == f"error: COMMAND trian: expected one of {', '.join(COMMANDS)}\n"
+    _, probe = probed(tmp_path, "experiments.peer_sb3", "--help")
+    assert probe == {"code": 0, "attempted": [], "loaded": []}
+    result, probe = probed(tmp_path, "experiments.peer_sb3", "--seed", "x", "--run-dir", str(tmp_path))
+    assert probe == {"code": 2, "attempted": [], "loaded": []}
+    assert result.stderr == "error: --seed x: expected an integer from 0 to 4_294_967_295\n"
+
+
+def test_the_probe_sees_an_import_of_torch(tmp_path: Path) -> None:
+    """The check above can fail: a module that imports torch at its top is caught."""
+    (tmp_path / "loads_torch.py").write_text("import torch\n")
+    env = dict(os.environ, PROBE_OUT=str(tmp_path / "probe.json"), PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    result = subprocess.run([sys.executable, "-c", PROBE, "loads_torch"], cwd=REPO, capture_output=True, text=True, env=env)
+    assert result.returncode != 0 and "torch imported while answering the command line" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    # argparse's own refusals, in the shape of every other: OPTION VALUE: expected …
+    (["curves", "--peer", "x"], "error: --peer x: expected one of none, sb3"),
+    (["pbt", "--interval", "x"], f"error: --interval x: expected an integer from 1 to {10**9:_}"),
+    (["evaluate", "--games"], "error: --games: expected a value after it"),
+    (["evaluate", "--greedy", "--sample"], "error: --sample: expected either --greedy or --sample, not both"),
+    (["tweak", "--dashboard", "http://127.0.0.1:5005"], "error: RUN_UUID, NAME=VALUE: expected a value, none given"),
+    # the dashboard's and tweak's own checks: no program name before `error:` any more
+    (["dashboard", "--host", "my host"], "error: --host 'my host': expected localhost or a numeric IP address such as 127.0.0.1"),
+    (["tweak", "f" * 32, "--dashboard", "ftp://x"], "error: --dashboard 'ftp://x': expected a URL such as http://127.0.0.1:5005"),
+])
+def test_every_command_refuses_in_one_shape(args: list[str], line: str, tmp_path: Path) -> None:
+    result, probe = probed(tmp_path, "experiments", *args)
+    assert probe["code"] == 2 and result.stdout == "" and result.stderr == line + "\n", result.stderr
 
 
 def option_entries(help_text: str) -> dict[str, str]:
@@ -173,9 +278,9 @@ def test_the_dispatcher_lists_its_commands_and_forwards_their_arguments(cli) -> 
     assert bad.returncode == 2 and bad.stderr == "error: --worker-steps -5: expected an integer from 1 to 100_000\n"
     named = cli.run("experiments", "dashboard", "--port", "http")
     assert named.returncode == 2
-    assert named.stderr == "python -m experiments dashboard: error: --port 'http': expected an integer from 1 to 65535\n"
+    assert named.stderr == "error: --port 'http': expected an integer from 1 to 65535\n"
     unknown = cli.run("experiments", "trian")
-    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "invalid choice: 'trian'" in unknown.stderr
+    assert unknown.returncode == 2 and unknown.stderr == f"error: COMMAND trian: expected one of {', '.join(COMMANDS)}\n"
     assert cli.leftovers() == []
 
 

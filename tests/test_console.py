@@ -26,8 +26,9 @@ from labml.internal.logger import logger_singleton
 from configs.cli import parse_config
 from configs.grouping import grouped_for_cores
 from configs.ppo import PPOConfig
-from experiments.run import console
-from experiments.run.progress import ProgressLine, hms, labml_console_above, progress_text
+from experiments.run.console import Console
+from experiments.run.labml.console import console_through
+from experiments.run.progress import ProgressLine, hms, progress_text
 from experiments.run.report import NOT_CARRIED, changed_options, next_commands, summary_line
 from ppo.checkpoint import load_checkpoint
 from tests.conftest import REPO, wait_for_file
@@ -104,16 +105,33 @@ def test_the_8_games_are_grouped_by_the_usable_cores(cores: int, grouping: tuple
 
 def test_a_message_while_the_line_is_shown_gets_a_line_of_its_own() -> None:
     terminal = io.StringIO()
-    with labml_console_above(), ProgressLine(0, 0, 3, 0.0, stream=terminal, interactive=True) as progress:
+    console = Console(terminal)
+    with console_through(console.say), ProgressLine(0, 0, 3, 0.0, console, interactive=True) as progress:
         progress.show(1, 128, None)
-        console.say("SIGINT received: stopping after this update")  # ours, as the signal handler says it
-        logger_singleton().log(["Dynamic hyper parameter changed: ", ("learning_rate", None), ": 0.00025 -> 0.0001"])  # labml's
+        console.say("SIGINT received: stopping within seconds")  # ours, as the signal handler says it
+        logger_singleton().log(["Using the dashboard at ", ("http://127.0.0.1:1", None)])  # labml's
+        # labml's words for a live change are left out: the run says it in its own (experiments/run/labml/live.py)
+        logger_singleton().log(["Dynamic hyper parameter changed: ", ("learning_rate", None), ": 0.00025 -> 0.0001"])
         progress.show(2, 256, 1.5)
     shown = screen(terminal.getvalue())
-    assert "SIGINT received: stopping after this update" in shown
-    assert "Dynamic hyper parameter changed: learning_rate: 0.00025 -> 0.0001" in shown
+    assert "SIGINT received: stopping within seconds" in shown
+    assert "Using the dashboard at http://127.0.0.1:1" in shown
+    assert not any("Dynamic hyper parameter" in line for line in shown)
     assert shown[-1].startswith("update 2/3 (66.7%) · elapsed ") and "score 1.5 · 256 agent steps" in shown[-1]
-    assert console.write_above is None  # messages after the run print plainly again
+    assert console.above is None  # messages after the run print plainly again
+
+
+def test_a_log_file_gets_the_progress_line_every_few_updates_and_after_a_quiet_minute() -> None:
+    log = io.StringIO()
+    progress = ProgressLine(0, 0, 100, 0.0, Console(log), every=10, every_s=3600.0, interactive=False)
+    with progress:
+        for update in range(1, 13):
+            progress.show(update, 128 * update, None)
+        progress.printed -= 3600.0  # an hour passes in update 13: the next update prints, not the 20th
+        progress.show(13, 128 * 13, None)
+        progress.show(14, 128 * 14, None)
+    printed = [line.split(" ")[1] for line in log.getvalue().splitlines()]
+    assert printed == ["1/100", "10/100", "13/100"]
 
 
 def test_the_labml_internals_we_adjust_still_exist() -> None:
@@ -254,9 +272,10 @@ def test_on_a_terminal_a_live_change_is_a_line_of_its_own(cli, tmp_path: Path) -
     os.close(leader)
     assert process.wait(timeout=600) == 0, raw.decode(errors="replace")[-3000:]
     shown = screen(raw.decode())
-    assert "Dynamic hyper parameter changed: learning_rate: 0.00025 -> 0.0001" in shown, shown
+    assert "live value learning_rate: 0.00025 → 0.0001, from the next update" in shown, shown
     assert any(line.startswith("update 3/3 (100.0%) · ") for line in shown), shown
-    assert not [line for line in shown if "update " in line and "Dynamic" in line], shown  # no fragments
+    assert not [line for line in shown if "update " in line and "live value" in line], shown  # no fragments
+    assert not [line for line in shown if "Dynamic hyper parameter" in line], shown  # labml's words are not repeated
     assert "\r" in raw.decode()  # the line was redrawn in place, as on a terminal
     assert cli.leftovers() == []
 

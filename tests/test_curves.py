@@ -285,7 +285,7 @@ def test_until_cuts_every_label_at_one_number_of_agent_steps(cli, tmp_path: Path
                      "--grid", "100", "--window", "2", "--budgets", "200", "400", "--until", "300", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-3000:]
     # long at 200: mean(1, 3) = 2; short covers only 200 steps, so its 300 is blank; nothing past 300, 400 included.
-    assert "| 200 | **2.0** ± 0.0 (2.0) | **3.0** ± 0.0 (3.0) |" in result.stdout
+    assert "| 200 | **2.0** (1 seed) | **3.0** (1 seed) |" in result.stdout
     assert "| 400 | – | – |" in result.stdout
     rows = [(r["label"], r["env_step"], r["mean"]) for r in csv.DictReader((tmp_path / "out" / "curves.csv").open())]
     assert rows == [("long", "100", "1.000"), ("long", "200", "2.000"), ("long", "300", "4.000"),

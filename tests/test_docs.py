@@ -4,6 +4,7 @@ the site builds in strict mode, and the compact run records still give the publi
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 import shutil
@@ -14,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from configs.ppo import PPOConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,22 +39,29 @@ def test_every_option_of_help_is_in_the_generated_reference() -> None:
     options = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*|-h)\b", help_text))
     assert {"--learning-rate", "--resume", "--version", "-h", "--value-clip-range"} <= options  # the parse sees them
     reference = rendered_reference()
-    missing = sorted(o for o in options if f"`{o}`" not in reference)
+    missing = sorted(o for o in options if f"`{o}`" not in reference and f"`{o} " not in reference)  # `--seed INT`
     assert not missing, f"options in --help but not in docs/reference.md: {missing}"
 
 
-def test_the_reference_rows_carry_default_range_and_kind() -> None:
+def test_each_option_s_definition_carries_default_range_and_kind() -> None:
     reference = rendered_reference()
     assert reference_module().MARKER not in reference
-    rows = {line.split("|")[1].strip(): line for line in reference.splitlines() if line.startswith("| `--")}
+    # Each option: its term (the option as typed), what it does, then its facts on a line of their own.
+    entries = {m[1]: (m[2], m[3]) for m in re.finditer(r"^`(--[a-z-]+) [^`]*`\n:   (.*)\n\n    (.*)$", reference, re.M)}
+    facts = {option: entry[1] for option, entry in entries.items()}
     # Worked out from configs/ppo.py by hand: learning_rate defaults to 2.5e-4 and is live in [0, 1e-2];
-    # epochs is live in [1, 32]; device is a run option; target_kl has no default.
-    assert "`0.00025`" in rows["`--learning-rate`"] and "**live**, 0 to 0.01" in rows["`--learning-rate`"]
-    assert "**live**, 1 to 32" in rows["`--epochs`"] and "`4`" in rows["`--epochs`"]
-    assert "run option" in rows["`--device`"] and "live" not in rows["`--device`"]
-    assert "| none |" in rows["`--target-kl`"]
-    # One row per field, each under the section --help puts it in.
-    assert reference.index("`--game`") < reference.index("### Batch and schedule") < reference.index("`--n-workers`")
+    # epochs is a positive integer, live in [1, 32]; device is a run option; target_kl has no default
+    # (none: never) and is positive; frame_skip is an integer from 1 to 64.
+    assert facts["--learning-rate"] == "default: `0.00025` · accepts a number ≥ 0 · **live**, 0 to 0.01"
+    assert facts["--epochs"] == "default: `4` · accepts an integer > 0 · **live**, 1 to 32"
+    assert facts["--device"] == "default: `auto` · run option: may change on `--resume`"
+    assert facts["--target-kl"] == "default: none, never · accepts a number > 0, or `none`"
+    assert facts["--frame-skip"] == "default: `4` · accepts an integer from 1 to 64"
+    assert facts["--clip-rewards"] == "default: `true` · accepts `true` or `false`"
+    assert entries["--target-kl"][0] == "stop the epochs early once approximate KL exceeds this"
+    # One definition per field, each under the section --help puts it in.
+    assert len(entries) == len(dataclasses.fields(PPOConfig))
+    assert reference.index("`--game") < reference.index("### Batch and schedule") < reference.index("`--n-workers")
 
 
 def test_readme_is_a_short_guide_and_ci_runs_its_commands() -> None:
@@ -76,7 +86,7 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
                             cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     page = (tmp_path / "site" / "reference" / "index.html").read_text()
-    assert "<code>--learning-rate</code>" in page and "<!-- options-reference -->" not in page
+    assert "<dt><code>--learning-rate FLOAT</code></dt>" in page and "<!-- options-reference -->" not in page
 
 
 def test_the_archived_records_give_the_published_table(tmp_path: Path) -> None:

@@ -112,9 +112,11 @@ def test_cli_plays_a_whole_game_and_films_it(run: dict[str, str], tmp_path: Path
     done = _cli("experiments.evaluate", "--run", run["uuid"], "--data-dir", run["data_dir"], "--games", "1",
                 "--video", str(video), "--seed", "3", "--device", "cpu")
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
-    result = json.loads(lines[-1])
-    assert any(" ± " in line for line in lines[:-1])
+    # stdout is the JSON alone, as train's is its summary path alone; the lines for people are on stderr.
+    (line,) = done.stdout.splitlines()
+    result = json.loads(line)
+    assert f"game 1/1: score {result['scores'][0]:g} in {result['lengths'][0]} steps" in done.stderr
+    assert any(" ± " in line for line in done.stderr.splitlines()) and f"video of game 1: {video}" in done.stderr
     assert result["games"] == 1 and len(result["scores"]) == 1
     score = result["scores"][0]
     assert score >= 0 and score == int(score)  # Breakout: whole bricks, unclipped
@@ -144,10 +146,10 @@ def test_checkpoint_alone_greedy(run: dict[str, str], capsys: pytest.CaptureFixt
 def test_run_with_its_own_checkpoint_and_max_steps(run: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--run", run["uuid"], "--data-dir", run["data_dir"], "--checkpoint", run["checkpoint"],
                  "--games", "1", "--max-steps", "5"]) == 0
-    out = capsys.readouterr().out.strip().splitlines()
-    result = json.loads(out[-1])
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
     assert result["lengths"] == [5] and result["truncated"] == [True]
-    assert "truncated" in out[-2]  # the mean ± std line says the scores are partial
+    assert "truncated" in captured.err.strip().splitlines()[-1]  # the mean ± std line says the scores are partial
 
 
 # -- bad input: one line naming the option and value, exit 2, nothing written ---------------------

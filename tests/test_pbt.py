@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -139,6 +140,10 @@ def test_ctrl_c_stops_every_member_with_a_checkpoint_and_leaves_nothing(populati
     assert first["code"] == 130, first["stderr"][-3000:]
     assert "go on with: python -m experiments.pbt --resume" in first["stderr"]
     assert first["stdout"].strip().splitlines()[-1] == str(population["folder"] / "lineage.csv")
+    # The members' comparison page on the private dashboard, while it runs (it stops with the population).
+    members = ",".join(m["run_uuid"] for m in population["members"])
+    assert re.search(rf"^  compare the 2 members on the dashboard: http://127\.0\.0\.1:\d+/compare\?runs={members}$",
+                     first["stderr"], re.MULTILINE), first["stderr"][:3000]
     assert first["checkpoints"] == [True, True]
     assert first["leftovers"] == []  # no Ray process, no member, no dashboard
 
@@ -248,13 +253,14 @@ def test_explore_stays_in_the_configs_ranges(values: dict[str, Any], low: dict[s
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--population", "1", "--interval", "2"], "--population 1: expected an integer from 2 to 1024"),
-    (["--population", "1025", "--interval", "2"], "--population 1025: expected an integer from 2 to 1024"),
-    (["--interval", "2"], "--population None: expected an integer from 2 to 1024"),
+    (["--population", "1", "--interval", "2"], "--population 1: expected an integer from 2 to 1_024"),
+    (["--population", "1025", "--interval", "2"], "--population 1025: expected an integer from 2 to 1_024"),
+    (["--interval", "2"], "--population: expected an integer from 2 to 1_024, none given"),
+    (["--population", "2"], "--interval: expected a number of updates, none given"),
     (["--population", "2", "--interval", "2", "--cpus-per-member", "nan"], "--cpus-per-member nan: expected a number > 0"),
     (["--population", "2", "--interval", "2", "--cpus-per-member", "0"], "--cpus-per-member 0: expected a number > 0"),
     (["--population", "2", "--interval", "2", "--max-retries", "-1"], "--max-retries -1: expected an integer from 0 to 100"),
-    (["--population", "2", "--interval", "0"], "--interval 0: expected an integer ≥ 1"),
+    (["--population", "2", "--interval", "0"], "--interval 0: expected an integer from 1 to 1_000_000_000"),
     (["--population", "2", "--interval", "6"], "--interval 6: expected an integer from 1 to 5"),
     (["--population", "2", "--interval", "2", "--explore", "gamma"], "--explore gamma: expected distinct live"),
     (["--resume", "/nonexistent/pbt-x"], "--resume /nonexistent/pbt-x: expected a population folder (one holding population.json)"),
@@ -373,12 +379,18 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
     finally:  # a failed wait above must leave nothing running: the population's own stop first
         stop_for_good(process, cli)
     return {"code": process.returncode, "stdout": out, "stderr": err, "tweak": tweak, "killed": killed,
-            "folder": state_file.parent, "run_dirs": run_dirs, "leftovers": leftovers}
+            "folder": state_file.parent, "run_dirs": run_dirs, "leftovers": leftovers, "dashboard": url}
 
 
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_person_tweaks_a_member_by_hand_while_the_population_runs(tweaked_killed_stopped: dict[str, Any]) -> None:
+    # The command the population prints for it, with its private dashboard's address (the one the tweak used);
+    # and not Ray's notice about the token of the private Ray instance, which asks nothing of the person.
+    err = tweaked_killed_stopped["stderr"]
+    assert ("  tweak a member by hand (while the population runs: its dashboard ends with it): python -m experiments.tweak "
+            f"--dashboard {tweaked_killed_stopped['dashboard']} RUN_UUID NAME=VALUE\n") in err, err[:3000]
+    assert "Token authentication" not in err
     tweak = tweaked_killed_stopped["tweak"]
     assert tweak.returncode == 0, tweak.stderr
     member_0 = tweaked_killed_stopped["run_dirs"][0]

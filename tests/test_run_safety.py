@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from configs.ppo import PPOConfig
-from experiments.run.credentials import strip_userinfo
+from configs.urls import strip_userinfo
 from experiments.run.folders import checkpoint_paths, file_mode
 from experiments.run.games_csv import read_games
 from experiments.run.updates_csv import read_updates
@@ -400,7 +400,7 @@ def test_a_resume_refuses_a_line_cut_short_before_the_checkpoint(cli, tmp_path: 
 
 # ---- --device may change on a resume: a checkpoint moves between a CPU and a GPU --------------------
 
-# The action-sampling state the H200's 10M-step run saved at update 2,265 (docs/learning.md): CUDA's
+# The action-sampling state the H200's 10M-step run saved at update 2,265 (docs/results.md): CUDA's
 # Philox generator, a seed (1454127163) and an offset (2,319,360), 8 little-endian bytes each.
 H200_SAMPLING_STATE = [59, 56, 172, 86, 0, 0, 0, 0, 0, 100, 35, 0, 0, 0, 0, 0]
 

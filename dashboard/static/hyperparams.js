@@ -18,6 +18,12 @@ function cell(text, cls) {
     return td;
 }
 
+function newest(p) {
+    // `current` is what the run reported using last, else its starting value.
+    if (p.pending !== null) return p.pending;
+    return p.sent !== null ? p.sent : p.current;
+}
+
 function render(data) {
     document.getElementById('run-name').textContent = `${data.name} (${data.run_uuid})`;
     document.getElementById('run-link').href = `/run/${encodeURIComponent(data.run_uuid)}`;
@@ -35,7 +41,7 @@ function render(data) {
     const names = Object.keys(data.params);
     if (names.length === 0) {
         const tr = document.createElement('tr');
-        tr.appendChild(cell('This run has no dynamic hyperparameters.'));
+        tr.appendChild(cell('This run has no live hyperparameters.'));
         tbody.appendChild(tr);
     }
     for (const name of names) {
@@ -54,7 +60,8 @@ function render(data) {
         input.type = 'text';
         input.className = 'form-control form-control-sm';
         input.inputMode = 'decimal';
-        input.placeholder = String(p.current);
+        // The empty input shows the newest value: after Apply, the one pending, not the old one.
+        input.placeholder = String(newest(p));
         input.value = drafts[name] || '';
         input.disabled = data.refusal !== null;
         td.appendChild(input);

@@ -1,7 +1,7 @@
 // Added to labml-app's page: a link from each run page to its live-hyperparameter page (off, with
 // the reason, for a run that is not running), the runs list's scores written as scores, labml's
-// stock surfaces that do not apply to this dashboard replaced or removed, and a notice when the
-// front-end libraries could not be fetched for offline use.
+// empty-list snippets and comparison card replaced or hidden, and a notice when the front-end
+// libraries could not be fetched for offline use.
 'use strict';
 
 (function () {
@@ -77,14 +77,8 @@
     }
 
     function dropStockEntries() {
-        // labml's computer monitoring is not served, and a local dashboard has no accounts;
-        // comparing two runs' series is not offered (the learning-curve command compares seeds).
-        for (const button of document.querySelectorAll('.nav-link, .nav-item, a, button')) {
-            const text = button.textContent.trim();
-            if ((text === 'Computers' || text === 'Sign out') && button.style.display !== 'none') {
-                button.style.display = 'none';
-            }
-        }
+        // Comparing two runs' series is not offered (the learning-curve command compares seeds);
+        // labml's other hosted-app surfaces are removed by local-only.js.
         for (const card of document.querySelectorAll('.labml-card')) {
             const header = card.querySelector('.header');
             const comparison = (header && header.textContent.trim().toLowerCase() === 'comparison') ||

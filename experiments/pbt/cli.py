@@ -10,6 +10,8 @@ by Ctrl-C/SIGTERM (every member with a checkpoint: `--resume FOLDER` goes on).
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import signal
 import sys
 import uuid
@@ -21,20 +23,23 @@ from typing import Any
 
 import numpy as np
 
-from configs.cli import OneLineParser, build_parser, config_from_overrides, fail, overrides_from_args, spell_game
+from configs.cli import OneLineParser, build_parser, config_from_overrides, error_line, fail, float_in, int_in, overrides_from_args, spell_game
+from configs.fields import MAX_UPDATES
 from configs.ppo import ConfigError
-from dashboard.client import DashboardError, set_hyperparams
+from configs.terminal import escaped
+from configs.urls import strip_userinfo
+from dashboard.client import DashboardError, compare_line, set_hyperparams
 from experiments.pbt.explore import DEFAULT_EXPLORED, changes_text, check_explored, exploit
 from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
-from experiments.pbt.population import STATE, Population, PrivateDashboard, run_segment
-from experiments.run.folders import checkpoint_path
-from experiments.run.preflight import check_can_start
+from experiments.pbt.population import PrivateDashboard, run_segment
+from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
+from experiments.run.folder_checks import UnsafeRunFolder, check_folder, check_run_folder
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
 from game.vector.private_ray import ray_refusal, stop_ray
 
 PROG = "python -m experiments.pbt"
-MAX_POPULATION = 1024  # members are listed, started and ranked one by one: a typo of 10**9 must not start
+TWEAK = "python -m experiments.tweak"
 
 
 class PbtError(ValueError):
@@ -42,7 +47,7 @@ class PbtError(ValueError):
 
 
 def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(escaped(line, lines=True), file=sys.stderr, flush=True)  # it may quote a dashboard, a member's error
 
 
 def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
@@ -51,18 +56,17 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
     overrides = overrides_from_args(args)
     address = overrides.pop("ray_address", None)  # the population's cluster, not a member setting
     if args.resume is not None:
-        folder = Path(args.resume)
-        if not (folder / STATE).is_file():
+        if not os.path.lexists(Path(args.resume) / STATE):
             raise PbtError(f"--resume {args.resume}: expected a population folder (one holding {STATE})")
         given = sorted(overrides) + [o for o in ("population", "interval", "explore") if getattr(args, o) is not None]
         if given:
             raise PbtError(f"--{given[0].replace('_', '-')}: a resumed population keeps its own settings "
                            "(only --ray-address may be given with --resume)")
-        return Population.load(folder), address
-    if args.population is None or not 2 <= args.population <= MAX_POPULATION:
-        raise PbtError(f"--population {args.population}: expected an integer from 2 to {MAX_POPULATION}")
-    if args.interval is None or args.interval < 1:
-        raise PbtError(f"--interval {args.interval}: expected an integer ≥ 1")
+        return resumed(args.resume), address
+    if args.population is None:  # its range, and the interval's, are checked as they are parsed (int_in)
+        raise PbtError(f"--population: expected an integer from 2 to {MAX_POPULATION:_}, none given")
+    if args.interval is None:
+        raise PbtError("--interval: expected a number of updates, none given")
     explore = args.explore.split(",") if args.explore is not None else list(DEFAULT_EXPLORED)
     if (problem := check_explored(explore)) is not None:
         raise PbtError(f"--explore {args.explore}: expected {problem}")
@@ -75,12 +79,14 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
         raise PbtError(f"--ray-address {address}: needs --dashboard URL, one every node can reach (the members' live channel)")
     if address is not None:
         config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
+    from experiments.run.preflight import check_can_start  # torch: once the options are accepted, not for --help
+
     check_can_start(base)
     cpus = args.cpus_per_member if args.cpus_per_member is not None else (1 if base.backend == "serial" else base.n_workers + 1)
-    if not 0 < cpus <= 1024:
-        raise PbtError(f"--cpus-per-member {cpus:g}: expected a number > 0 and ≤ 1024")
-    if not 0 <= args.max_retries <= 100:
-        raise PbtError(f"--max-retries {args.max_retries}: expected an integer from 0 to 100")
+    if not 0 < cpus <= MAX_CPUS:
+        raise PbtError(f"--cpus-per-member {cpus:g}: expected a number > 0 and ≤ {MAX_CPUS}")
+    if not 0 <= args.max_retries <= MAX_RETRIES:
+        raise PbtError(f"--max-retries {args.max_retries}: expected an integer from 0 to {MAX_RETRIES}")
     fixed = {"torch_threads": max(1, int(cpus)), **fixed, "data_dir": str(Path(base.data_dir).resolve())}
     fixed.pop("seed", None)
     folder = Path(fixed["data_dir"]) / base.name / f"pbt-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
@@ -89,9 +95,37 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
                       args.max_retries, private_dashboard=base.dashboard is None), address
 
 
+def resumed(given: str) -> Population:
+    """The population recorded in folder `given`, refused in one line before a byte is written
+    (`PbtError`) where its folder or a member's run folder holds a symbolic link, a device, FIFO
+    or socket, or a file with a second hard link (experiments/run/folder_checks.py), or where a
+    field of its population.json is missing or wrong (experiments/pbt/state.py)."""
+    folder = Path(given)
+    try:
+        # Nothing in a population folder is ours to have two names: any hard link is someone else's.
+        check_folder(folder, lambda path: "a population folder's files have one name each")
+    except UnsafeRunFolder as e:
+        raise PbtError(f"--resume {given}: expected a population folder of plain files and folders ({e}; "
+                       "nothing was read or written)") from None
+    try:
+        population = Population.load(folder)
+    except PopulationFileError as e:
+        raise PbtError(f"--resume {given}: {e}") from None
+    for member in range(len(population.members)):
+        if (run_dir := population.run_dir(member)) is not None:
+            try:
+                check_run_folder(run_dir)  # each member's resume checks it again, as it starts
+            except UnsafeRunFolder as e:
+                raise PbtError(f"--resume {given}: expected member {member}'s run folder of plain files and "
+                               f"folders ({e}; nothing was read or written)") from None
+    return population
+
+
 def exploit_and_explore(population: Population, update: int, failures: dict[int, str | None]) -> list[dict[str, Any]]:
     """The bottom quarter (and any member that failed) copies a top-quarter member's learner and is
     sent that member's live values, perturbed, through the dashboard; one lineage row each."""
+    from experiments.run.folders import checkpoint_path
+
     n = len(population.members)
     scores = {m: population.summary(m).get("score_mean_100") for m in range(n)}
     order = sorted(range(n), key=lambda m: (failures.get(m) is not None, scores[m] is None, -(scores[m] or 0.0), m))
@@ -131,12 +165,38 @@ def queue_on_dashboard(population: Population, member: int, changes: dict[str, A
     return True
 
 
+# Ray's notice, as it starts an instance of its own, that it turned token authentication on there
+# (and how to turn it off): nothing to act on for the private instance a population starts, which
+# only this command's processes join and which ends with it. A cluster's notices are left alone.
+RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+RAY_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+def _not_private_token_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(RAY_TOKEN_NOTICE)
+
+
+def tweak_hint(population: Population) -> str:
+    """How a person tweaks a member by hand: the command, with the dashboard the members report to."""
+    dashboard = strip_userinfo(population.fixed["dashboard"].split("/api/")[0])
+    while_running = " (while the population runs: its dashboard ends with it)" if population.private_dashboard else ""
+    return f"tweak a member by hand{while_running}: {TWEAK} --dashboard {dashboard} RUN_UUID NAME=VALUE"
+
+
 def _score(score: float | None) -> str:
     return "no game ended yet" if score is None else f"score {score:.1f}"
 
 
 def run(population: Population, address: str | None) -> int:
+    """Run (or go on with) the population; its exit code (see the module's doc)."""
+    try:
+        return _run(population, address)
+    except (OSError, UnsafeRunFolder, RuntimeError) as e:  # before any member ran: its folder, its dashboard
+        say(error_line(str(e)))
+        return 1
 
+
+def _run(population: Population, address: str | None) -> int:
     folder = population.path
     folder.mkdir(parents=True, exist_ok=True)
     lineage = folder / "lineage.csv"
@@ -149,8 +209,12 @@ def run(population: Population, address: str | None) -> int:
         population.save()
         say(f"pbt: {len(population.members)} members, {len(targets)} segments of {population.interval} updates "
             f"(to update {population.last_update}); exploring {', '.join(population.explore)}; folder {folder}\n"
-            f"  dashboard {population.fixed['dashboard']}; members (tweak them by hand with python -m experiments.tweak): "
-            + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members)))
+            f"  dashboard {strip_userinfo(population.fixed['dashboard'])}; members: "
+            + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members))
+            + f"\n  {tweak_hint(population)}")
+        say_comparison(population)
+        if address is None:
+            logging.getLogger(RAY_TOKEN_LOGGER).addFilter(_not_private_token_notice)
         try:
             try:
                 fits = connect(address, population.cpus_per_member)
@@ -181,13 +245,20 @@ def run(population: Population, address: str | None) -> int:
         except KeyboardInterrupt:
             say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
             code = 130
-        except RuntimeError as e:
-            say(f"pbt: error: {e}")
+        except (RuntimeError, OSError, UnsafeRunFolder) as e:  # a write refused: a link put in the folder meanwhile
+            say(error_line(str(e)))
             code = 1
         finally:
             stop_ray()  # a private instance stops; a cluster is only disconnected from
+    if not population.private_dashboard and population.generation > 0:  # a private one has stopped with it
+        say_comparison(population)
     print(lineage, flush=True)
     return code
+
+
+def say_comparison(population: Population) -> None:
+    """The members' comparison page on the dashboard (a member shows there once its first segment starts)."""
+    say("  " + compare_line(population.fixed["dashboard"], [m["run_uuid"] for m in population.members], "members"))
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
@@ -196,13 +267,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                                                "is sent its live hyperparameters, perturbed, through the dashboard's live "
                                                "channel. The training options below are every member's.")
     group = parser.add_argument_group("population")
-    group.add_argument("--population", type=int, metavar="N", help="members (at least 2)")
-    group.add_argument("--interval", type=int, metavar="UPDATES", help="updates between exploits")
+    group.add_argument("--population", type=int_in(2, MAX_POPULATION), metavar="N", help=f"members, 2 to {MAX_POPULATION:_}")
+    group.add_argument("--interval", type=int_in(1, MAX_UPDATES), metavar="UPDATES", help="updates between exploits")
     group.add_argument("--explore", metavar="NAME,…", help=f"live hyperparameters to perturb (default: {','.join(DEFAULT_EXPLORED)})")
-    group.add_argument("--cpus-per-member", type=float, metavar="C",
+    group.add_argument("--cpus-per-member", type=float_in(0, 1024, low_open=True), metavar="C",
                        help="CPUs Ray reserves for each member (default: its workers + 1; 1 with --backend serial)")
-    group.add_argument("--max-retries", type=int, default=1, metavar="N",
-                       help="run a member's segment again, from its checkpoint, when its process dies (default: 1)")
+    group.add_argument("--max-retries", type=int_in(0, 100), default=1, metavar="N",
+                       help="run a member's segment again, from its checkpoint, when its process dies, 0 to 100 (default: 1)")
     group.add_argument("--resume", metavar="FOLDER", help="go on with a stopped population (its folder)")
     args = parser.parse_args(argv)
     if (refusal := ray_refusal("populations")) is not None:

@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 
 from configs.ppo import PPOConfig, live_ranges, live_value_problem
-from experiments.run.folders import checkpoint_path, rotate_in
-from ppo.checkpoint import read_checkpoint, save_checkpoint, with_learner_of
 
 # The live values updates.csv records (learning_rate and clip_range as annealed, epochs as
 # epochs_done), so each change a member is sent shows in its run folder as well as on its page.
@@ -65,6 +63,9 @@ def exploit(member_dir: Path, donor_dir: Path, names: list[str], rng: np.random.
     keeps it). In the checkpoint they are in use from the member's first update after the exploit,
     in every population made by the same command; the queued copy is what the member's page and a
     person see, and it changes nothing when it lands."""
+    from experiments.run.folders import checkpoint_path, rotate_in  # torch: not for --help (experiments/pbt/cli.py)
+    from ppo.checkpoint import read_checkpoint, save_checkpoint, with_learner_of
+
     own = read_checkpoint(checkpoint_path(member_dir))
     donor = read_checkpoint(checkpoint_path(donor_dir))
     changes = perturbed({**donor.config, **donor.live_values}, names, rng)  # config: its starting values

@@ -1,20 +1,27 @@
 """The population's lineage: one row per exploit/explore (who copied whom, at which update, with
-which values), as lineage.csv, and drawn beside the members' scores as lineage.png."""
+which values), as lineage.csv, and drawn beside the members' scores as lineage.png. Both are
+written without following a link: lineage.csv appended through `open_own_file`, lineage.png
+replaced whole by rename."""
 
 from __future__ import annotations
 
 import csv
+import io
+import os
 from pathlib import Path
 
+from experiments.run.folder_checks import open_own_file
+from experiments.run.folders import publish
 from experiments.run.updates_csv import read_updates
+from ppo.files import atomic_write
 
 COLUMNS = ("update", "member", "copied_from", "changes")
 
 
 def append_rows(path: Path, rows: list[dict[str, object]]) -> None:
     """Append `rows`, made durable before the population counts their generation as done."""
-    new = not path.exists()
-    with path.open("a", newline="") as f:
+    new = not os.path.lexists(path)
+    with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         if new:
             writer.writeheader()
@@ -23,9 +30,9 @@ def append_rows(path: Path, rows: list[dict[str, object]]) -> None:
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
-    with path.open(newline="") as f:
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), newline="") as f:
         return list(csv.DictReader(f))
 
 
@@ -66,5 +73,8 @@ def plot(path: Path, lineage: list[dict[str, str]], run_dirs: list[Path]) -> Non
     bottom.set_ylabel("learning rate used")
     bottom.set_xlabel("update")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
     plt.close(fig)
+    atomic_write(path, image.getvalue())
+    publish(path)

@@ -1,79 +1,38 @@
-"""A population's state on disk, its private dashboard, and its members' segments on Ray.
+"""A population's private dashboard, and its members' segments on Ray.
 
-The population's folder holds `population.json` (the members, the settings, the generations done),
-`lineage.csv`, `lineage.png` and, unless `--dashboard` names one, `dashboard/`: the data of the
-dashboard this command starts for the members' live channel, kept so that changes still queued
-there reach the members when the population is resumed.
+The population's folder holds `population.json` (the members, the settings, the generations done:
+experiments/pbt/state.py), `lineage.csv`, `lineage.png` and, unless `--dashboard` names one,
+`dashboard/`: the data of the dashboard this command starts for the members' live channel, kept so
+that changes still queued there reach the members when the population is resumed. Every file of
+ours in it is written without following a link (`experiments.run.folder_checks.open_own_file`,
+or replaced whole by rename).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.run.folders import find_run, running_pid
+from configs.terminal import escaped
+from experiments.pbt.state import Population
+from experiments.run.folder_checks import open_own_file
 from experiments.sweep import run_trial
 
-STATE = "population.json"
 REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class Population:
-    folder: str
-    interval: int
-    explore: list[str]
-    last_update: int
-    batch_size: int
-    fixed: dict[str, Any]  # the training options every member shares
-    members: list[dict[str, Any]]  # {"run_uuid", "seed"}
-    cpus_per_member: float
-    max_retries: int
-    private_dashboard: bool
-    generation: int = 0  # exploit/explore rounds done
-    unqueued: dict[str, dict[str, Any]] = field(default_factory=dict)  # member → explored values not yet on the dashboard
-    stopped: list[str] = field(default_factory=list)  # why a session ended early, for the record
-
-    @property
-    def path(self) -> Path:
-        return Path(self.folder)
-
-    def save(self) -> None:
-        staged = self.path / f".{STATE}.next"
-        staged.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(staged, self.path / STATE)  # whole or not at all: a resume reads one or the other
-
-    @classmethod
-    def load(cls, folder: Path) -> Population:
-        return cls(**{**json.loads((folder / STATE).read_text()), "folder": str(folder.resolve())})
-
-    def targets(self) -> list[int]:
-        """The update each generation's segment ends at: every `interval`, and the last one."""
-        return [*range(self.interval, self.last_update, self.interval), self.last_update]
-
-    def run_dir(self, member: int) -> Path | None:
-        return find_run(Path(self.fixed["data_dir"]), self.members[member]["run_uuid"])
-
-    def summary(self, member: int) -> dict[str, Any]:
-        run_dir = self.run_dir(member)
-        try:
-            return dict(json.loads((run_dir / "summary.json").read_text())) if run_dir else {}
-        except (OSError, ValueError):
-            return {}
 
 
 def run_member(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     """One member's segment (a Ray task in a fresh process): resume the run, or start it, until
     `stop_after_env_steps`. The process of its previous segment may still be exiting after it
     returned; the run is resumed once that process has let go of it."""
+    from experiments.run.folders import find_run, running_pid
+
     run_dir = find_run(Path(overrides["data_dir"]), run_uuid)
     deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)
     while run_dir is not None and running_pid(run_dir) not in (None, os.getpid()) and time.monotonic() < deadline:
@@ -158,16 +117,23 @@ class PrivateDashboard:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            with log.open("wb") as out:
+            # A new file each time (the old name removed, never followed), read back through the
+            # same descriptor: nothing put in its place is written to or read.
+            log.unlink(missing_ok=True)
+            fd = open_own_file(log, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+            try:
                 self.process = subprocess.Popen([sys.executable, "-m", "experiments.dashboard", "--port", str(port),
                                                  "--data", str(self.data), "--runs-dir", str(self.runs_dir)],
-                                                cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            while self.process.poll() is None and b"Dashboard running at" not in log.read_bytes():
-                time.sleep(0.05)
+                                                cwd=REPO, stdout=fd, stderr=subprocess.STDOUT, start_new_session=True)
+                while self.process.poll() is None and b"Dashboard running at" not in os.pread(fd, 1 << 16, 0):
+                    time.sleep(0.05)
+                said = os.pread(fd, 1 << 16, max(0, os.fstat(fd).st_size - (1 << 16))).decode(errors="replace").strip().splitlines()
+            finally:
+                os.close(fd)
             if self.process.poll() is None:
                 self.url = f"http://127.0.0.1:{port}"
                 return self
-        raise RuntimeError(f"the population's dashboard did not start: {log.read_text().strip().splitlines()[-1:]}")
+        raise RuntimeError(f"the population's dashboard did not start: {escaped(said[-1] if said else '(it said nothing)')}")
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None and self.process.poll() is None:

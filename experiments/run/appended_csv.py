@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from experiments.run.folder_checks import open_own_file
 from ppo.files import atomic_write
 
 
@@ -76,8 +77,8 @@ class AppendedCsv:
         writer.writerow(columns)
         writer.writerows(kept)
         atomic_write(path, text.getvalue().encode())
-        # O_NOFOLLOW: a link put in the file's place since the rename is refused (ELOOP), never appended through.
-        self._file = os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW), "a", newline="")
+        # A link put in the file's place since the rename (a symbolic or a hard one) is refused, never appended through.
+        self._file = os.fdopen(open_own_file(path, os.O_WRONLY | os.O_APPEND), "a", newline="")
         self._writer = csv.writer(self._file)
 
     def _append(self, rows: Iterable[Sequence[object]]) -> None:

@@ -5,8 +5,8 @@ was killed, or `... 2>&1 | head` has exited. Writing to it then raises BrokenPip
 signal handler that exception surfaces wherever the trainer happens to be (in the middle of a
 checkpoint, say). Such a message is dropped instead; the run goes on and saves its work.
 
-While the progress line is shown (`experiments.run.progress`), a message goes above it, on a
-line of its own, instead of being written into it.
+A run owns one `Console`: while its progress line is shown (progress.py), a message goes above
+it, on a line of its own, instead of being written into it.
 """
 
 from __future__ import annotations
@@ -15,19 +15,29 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-write_above: Callable[[str], None] | None = None  # set while a progress line is shown
+from configs.terminal import escaped
 
 
 def say(message: str, stream: TextIO | None = None) -> None:
-    if write_above is not None and stream in (None, sys.stderr):
-        write_above(message)
-    else:
-        print_line(message, stream or sys.stderr)
-
-
-def print_line(message: str, stream: TextIO) -> None:
-    """`message` and a newline on `stream`, now; nothing if the stream is gone."""
+    """`message` and a newline on `stream` (stderr), now; nothing if the stream is gone. It may
+    quote a dashboard's answer or a file: control characters are escaped."""
+    message = escaped(message, lines=True)
+    stream = stream or sys.stderr
     try:
         print(message, file=stream, flush=True)
     except OSError:  # BrokenPipeError; EIO from a terminal that was closed
         pass
+
+
+class Console:
+    """Where a run's messages go: `stream`, above the progress line while one is shown."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.above: Callable[[str], None] | None = None  # set by the progress line while it is shown
+
+    def say(self, message: str) -> None:
+        if self.above is not None:
+            self.above(escaped(message, lines=True))
+        else:
+            say(message, self.stream)

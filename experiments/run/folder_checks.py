@@ -1,14 +1,16 @@
 """A run folder on disk is input, not only output: whoever may write the data dir (a shared
 `--data-dir`, a copied run) may have put anything in it. Before a resume reads or writes a byte of
 one, `check_run_folder` refuses a folder that holds a link where a file belongs, and
-`remove_dead_writers_files` removes the temp files a killed writer left.
+`remove_dead_writers_files` removes the temp files a killed writer left. A population's folder
+(experiments/pbt) gets the same check, `check_folder`, with every hard link refused.
 
 labml opens `configs.yaml`, `run.yaml`, `indicators.yaml`, `source.diff`, `run_log.jsonl` and
 `run.pid` with a plain `open(path, "w"/"a")`, which follows a symbolic link and writes into a hard
 link's other names: a link there would let the run overwrite any file its user can write. The
 files this project writes itself are replaced by rename (`ppo.files.atomic_write`) or opened with
-O_NOFOLLOW (`appended_csv`), so a link in their place is never written through either; reading
-through one would still show a file from elsewhere, so every link is refused, wherever it is.
+`open_own_file` (O_NOFOLLOW, a second name refused), so a link in their place is never written
+through, even one put there after the check; reading through one would still show a file from
+elsewhere, so every link is refused, wherever it is.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 # labml's own files, each opened in place (labml/internal/experiment/experiment_run.py `save_info`,
@@ -40,18 +43,25 @@ def check_run_folder(run_dir: Path) -> None:
     """Refuse (`UnsafeRunFolder`) a run folder that is itself a link, or holds a symbolic link, a
     device, a FIFO or a socket anywhere, or a second hard link of a file labml writes in place.
     Only `lstat` is used: nothing is opened, so nothing is read through a link."""
-    for folder in (run_dir.parent, run_dir):
+    check_folder(run_dir, lambda path: "labml rewrites it in place" if path.parent == run_dir and path.name in WRITTEN_IN_PLACE else None)
+
+
+def check_folder(root: Path, written_in_place: Callable[[Path], str | None]) -> None:
+    """`check_run_folder` for any folder of ours that is input (a run's, a population's):
+    `written_in_place(path)` says why a second hard link of the regular file `path` is refused
+    (who writes it in place), or None where one is harmless."""
+    for folder in (root.parent, root):
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             raise UnsafeRunFolder(f"{folder} is a symbolic link, not a folder")
     seen = 0
-    pending = [run_dir]
+    pending = [root]
     while pending:
         folder = pending.pop()
         with os.scandir(folder) as entries:
             for entry in entries:
                 seen += 1
                 if seen > MAX_ENTRIES:
-                    raise UnsafeRunFolder(f"{run_dir} holds over {MAX_ENTRIES:,} files and folders")
+                    raise UnsafeRunFolder(f"{root} holds over {MAX_ENTRIES:,} files and folders")
                 info = entry.stat(follow_symlinks=False)
                 path = Path(entry.path)
                 if stat.S_ISLNK(info.st_mode):
@@ -60,9 +70,31 @@ def check_run_folder(run_dir: Path) -> None:
                     pending.append(path)
                 elif not stat.S_ISREG(info.st_mode):
                     raise UnsafeRunFolder(f"{path} is not a regular file (a device, FIFO or socket)")
-                elif folder == run_dir and entry.name in WRITTEN_IN_PLACE and info.st_nlink > 1:
-                    raise UnsafeRunFolder(f"{path} has {info.st_nlink} hard links, and labml rewrites it in place "
+                elif info.st_nlink > 1 and (writer := written_in_place(path)) is not None:
+                    raise UnsafeRunFolder(f"{path} has {info.st_nlink} hard links, and {writer} "
                                           "(the file of its other names would change too)")
+
+
+def open_own_file(path: Path, flags: int) -> int:
+    """A file this project writes in a folder that is input, opened (`os.open` `flags`, a write
+    mode) without following a link, or `UnsafeRunFolder` before a byte is written: O_NOFOLLOW
+    refuses a symbolic link in its place (ELOOP), O_NONBLOCK a FIFO nobody reads, and the opened
+    file itself (not its name) must be a regular file with no other name: a hard link put in its
+    place since the folder was checked would have the write change another file. Never pass
+    O_TRUNC: that would empty such a file before the check (create it with O_EXCL instead)."""
+    if flags & os.O_TRUNC:
+        raise ValueError("open_own_file: O_TRUNC would empty the file before it is checked")
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)  # less the umask
+    except OSError as e:
+        raise UnsafeRunFolder(f"{path} cannot be opened without following a link ({e.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise UnsafeRunFolder(f"{path} is not a file of its own (a device, FIFO or socket, or a file with "
+                              f"{info.st_nlink} hard links), and would be written through")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def remove_dead_writers_files(folder: Path) -> list[Path]:

@@ -13,7 +13,9 @@ from functools import cache
 from pathlib import Path
 
 from experiments.run.folder_checks import remove_dead_writers_files
-from ppo.checkpoint import CHECKPOINT_NAME
+
+CHECKPOINT_NAME = "checkpoint.pt"
+RUN_UUID = re.compile(r"[0-9a-f]{32}")  # labml's, and a sweep's trials'
 
 _UUID = re.compile(r"^[0-9a-f]{32}$")
 KEEP_CHECKPOINTS = 3  # checkpoint.pt, checkpoint.1.pt, checkpoint.2.pt: one bad state never loses the run
@@ -100,6 +102,16 @@ def find_run(data_dir: Path, run_uuid: str) -> Path | None:
         return None
     matches = [p for p in data_dir.glob(f"*/{run_uuid}") if p.is_dir()]
     return matches[0] if matches else None
+
+
+def no_such_run(data_dir: Path) -> str:
+    """Why no run was found under `data_dir`: the runs that are there (a few), or that there are none."""
+    if not data_dir.is_dir():
+        return "that folder does not exist"
+    runs = sorted(f"{p.parent.name}/{p.name}" for p in data_dir.glob("*/*") if RUN_UUID.fullmatch(p.name) and p.is_dir())
+    if not runs:
+        return "it holds no run"
+    return f"none there has that uuid; it holds {len(runs)} run{'s' if len(runs) > 1 else ''}, such as {', '.join(runs[:3])}"
 
 
 def running_pid(run_dir: Path) -> int | None:

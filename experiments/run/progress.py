@@ -7,29 +7,23 @@ that changes (a line that wraps cannot be redrawn in place: that is how labml's 
 fragments behind), and `tqdm.write` clears it, prints a message on a line of its own and draws it
 again, under one lock, from any thread (labml reports live hyperparameter changes from its
 dashboard thread). Anywhere else (a pipe, a log file, CI) carriage returns would only garble the
-log, so the same text is printed as a plain line every `every` updates, and at the first and last.
+log, so the same text is printed as a plain line every `every` updates, at least every
+`every_s` seconds (a log of a slow machine is never quiet for long), and at the first and last.
 
-labml's own console output (a live change, a notice about the dashboard) is routed through the
-same writer while the line is shown (`labml_console_above`), and labml's run banner, which
-prints the whole git commit message on every start, is left out (`quiet_labml_banner`).
+Every message of the run goes through its `Console`, which writes it above the line while the
+line is shown (labml's own messages too: experiments/run/labml/console.py).
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import Any
 
-from labml.internal.experiment import Experiment
-from labml.internal.logger import logger_singleton
-from labml.internal.logger.destinations import Destination
 from tqdm import tqdm
 
-from experiments.run import console
+from experiments.run.console import Console, say
 
 
 def hms(seconds: float | None) -> str:
@@ -71,23 +65,24 @@ _Line.set_lock(threading.RLock())
 class ProgressLine:
     """Shows update `first_update + 1` … `total`. `started` is when the run started (perf_counter)."""
 
-    def __init__(self, first_update: int, first_steps: int, total: int, started: float,
-                 stream: TextIO | None = None, every: int = 10, interactive: bool | None = None) -> None:
-        self.stream = stream or sys.stderr
+    def __init__(self, first_update: int, first_steps: int, total: int, started: float, console: Console,
+                 every: int = 10, every_s: float = 60.0, interactive: bool | None = None) -> None:
+        self.console, self.stream = console, console.stream
         self.first_update, self.first_steps, self.total, self.started, self.every = first_update, first_steps, total, started, every
         self.interactive = self.stream.isatty() if interactive is None else interactive
-        self.loop_started = time.perf_counter()
+        self.every_s = every_s
+        self.loop_started = self.printed = time.perf_counter()
         self._line: _Line | None = None
         if self.interactive:
             self._line = _Line(total=total, initial=first_update, file=self.stream, bar_format="{text}",
                                dynamic_ncols=True, leave=True, mininterval=0)
 
     def __enter__(self) -> ProgressLine:
-        console.write_above = self.write
+        self.console.above = self.write
         return self
 
     def __exit__(self, *exc: object) -> None:
-        console.write_above = None
+        self.console.above = None
         if self._line is not None:
             self._line.close()  # leaves the last state on the screen, then a newline
 
@@ -102,57 +97,17 @@ class ProgressLine:
             self._line.text = text
             self._line.n = update
             self._line.refresh()
-        elif done == 1 or update % self.every == 0 or update == self.total:
-            console.print_line(text, self.stream)
+        elif done == 1 or update % self.every == 0 or update == self.total or now - self.printed >= self.every_s:
+            self.printed = now
+            say(text, self.stream)
 
     def write(self, message: str) -> None:
         """`message` on a line of its own, above the progress line."""
         if self._line is None:
-            console.print_line(message, self.stream)
+            say(message, self.stream)
             return
         try:
             _Line.write(message, file=self.stream)
             self.stream.flush()
         except OSError:  # a closed terminal or a pipe nobody reads: never stops the run
             pass
-
-
-# What labml's sender prints while it delivers a finished run's last packets. They would be the
-# last lines of the run page's console (labml sends its console there), after the run's summary;
-# a dashboard that does not take them in time gets the run's own warning (dashboard/client.py).
-SENDER_NOTICES = ("Still updating labml server", "Updating App. Please wait", "Finished updating LabML App")
-
-
-class _Above(Destination):
-    """labml's console output as whole lines through `console.say` (above the progress line),
-    without its sender's notices (SENDER_NOTICES)."""
-
-    def log(self, parts: list[Any], *, is_new_line: bool = True, is_reset: bool = True) -> None:
-        text = "".join(part if isinstance(part, str) else part[0] for part in parts).strip("\n")
-        # labml's blank separator lines and its bare carriage returns are dropped
-        if text.strip() and not text.strip().startswith(SENDER_NOTICES):
-            console.say(text)
-
-
-@contextmanager
-def labml_console_above() -> Iterator[None]:
-    """While inside, labml's logger prints through `console.say` instead of with its own `\\r` +
-    100 spaces, which leaves fragments of a longer line. labml has no setting for its console
-    destination; the list is the logger's private attribute (checked by the tests on upgrade)."""
-    logger = logger_singleton()
-    saved = logger._Logger__destinations
-    logger._Logger__destinations = [_Above()]
-    try:
-        yield
-    finally:
-        logger._Logger__destinations = saved
-
-
-def quiet_labml_banner() -> None:
-    """Leave out the banner labml prints when a run starts: the run's name and uuid (our own start
-    line says them) and the whole git commit message, every paragraph of it, on every run and
-    resume. run.yaml still records the commit, its message and whether the tree was dirty. labml
-    has no setting for it; its private `Experiment.__print_info` is replaced (name-mangled), and
-    left alone if a future labml renames it."""
-    if hasattr(Experiment, "_Experiment__print_info"):
-        Experiment._Experiment__print_info = lambda self: None

@@ -20,22 +20,16 @@ from typing import Any
 
 from configs.grouping import usable_cores
 from configs.ppo import PPOConfig
-from dashboard.client import run_url
+from configs.urls import DEFAULT_DASHBOARD, run_page
 from experiments.run.progress import hms
 
 TRAIN = "python -m experiments.breakout"
 EVALUATE = "python -m experiments.evaluate"
-DEFAULT_DASHBOARD = "http://127.0.0.1:5005"
 
 
 def _data_dir_option(config: PPOConfig) -> str:
     default = PPOConfig.__dataclass_fields__["data_dir"].default
     return "" if config.data_dir == default else f" --data-dir {shlex.quote(config.data_dir)}"
-
-
-def dashboard_page(dashboard: str) -> str:
-    """The dashboard's address without labml's track path: `…:5005/api/v1/default` → `…:5005`."""
-    return dashboard.split("/api/", 1)[0].rstrip("/")
 
 
 # Not carried into a new, longer run: the schedule (the new run sets its own length), where the
@@ -136,7 +130,7 @@ def next_commands(summary: dict[str, Any], config: PPOConfig, dashboard: str | N
             lines += ["  train longer: its schedule is done (the learning rate has decayed to 0); start a longer run:",
                       f"    {TRAIN} --total-env-steps {max(10_000_000, 2 * summary['env_steps'])}{changed_options(config)}{_data_dir_option(config)}"]
     if dashboard:
-        lines += ["  its charts in the dashboard:", f"    {run_url(dashboard_page(dashboard), uuid)}"]
+        lines += ["  its charts in the dashboard:", f"    {run_page(dashboard, uuid)}"]
     else:
         lines += ["  watch runs live in a dashboard: start one, then add --dashboard to a run (or to a --resume):",
                   "    python -m experiments.dashboard", f"    {TRAIN} --dashboard {DEFAULT_DASHBOARD}"]

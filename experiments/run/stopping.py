@@ -1,21 +1,25 @@
-"""Ctrl-C and SIGTERM without losing work: the first asks the run to stop after the current
-update (which is then checkpointed); a second one stops at once."""
+"""Ctrl-C and SIGTERM without losing work: the first asks the run to stop (what it then does is
+the `plan` its message says); a second one stops at once."""
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from types import FrameType, TracebackType
 
 from experiments.run.console import say
 
 AFTER_UPDATE = "stopping after this update and saving a checkpoint"
 BEFORE_TRAINING = "stopping before the first update, once the workers have started"
+# The trainer checks for a stop between minibatches: the update in progress is undone whole.
+WITHIN_UPDATE = "stopping within seconds: the update in progress is undone, and a checkpoint of the last whole one is kept"
 
 
 class GracefulStop:
-    def __init__(self) -> None:
+    def __init__(self, plan: str = AFTER_UPDATE, report: Callable[[str], None] = say) -> None:
         self.requested: str | None = None  # name of the first signal received
-        self.plan = AFTER_UPDATE  # what the first signal does, as its message says
+        self.plan = plan  # what the first signal does, as its message says
+        self.report = report
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> GracefulStop:
@@ -32,7 +36,7 @@ class GracefulStop:
         if self.requested is not None:
             raise KeyboardInterrupt(f"second stop request ({name}): stopping now")
         self.requested = name
-        say(f"{name} received: {self.plan} (send it again to stop at once)")
+        self.report(f"{name} received: {self.plan} (send it again to stop at once)")
 
     @property
     def exit_code(self) -> int:

@@ -248,11 +248,10 @@ def _schedule_as_batch_job() -> None:
     """Ask Linux to treat this process as a throughput job (SCHED_BATCH, same priority).
 
     The trainer wakes every worker once per step. A normal woken task may preempt the task that
-    woke it, so the trainer, mid-way through sending its commands, lost the core to the first
-    worker it woke (a Pipe write measured 86 µs instead of a few). A batch task never preempts on
-    wake-up: the trainer finishes sending, and the workers run as soon as a core is free.
-    Measured at 8 workers × 1 env on 2 cores: sampling (`Trainer.collect`) 1,845 → 2,036 steps/s
-    (mean of four interleaved runs each). Needs no privilege; elsewhere it is skipped."""
+    woke it, so the trainer, mid-way through sending its commands, loses the core to the first
+    worker it woke. A batch task never preempts on wake-up: the trainer finishes sending, and the
+    workers run as soon as a core is free (docs/benchmarks.md, "What each choice in the loop buys").
+    Needs no privilege; elsewhere it is skipped."""
     if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_BATCH"):
         with contextlib.suppress(OSError):
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from configs.fields import DEFAULT_GREEDY_EPSILON  # why 0.01: beside it (evaluate's --help shows it)
 from game.atari import EpisodeStats, Game, GameSpec, StepResult
 from ppo.model import ActorCritic, sample_actions
 from ppo.threads import torch_threads
@@ -33,14 +34,6 @@ if TYPE_CHECKING:  # at run time `film` is imported only to film (see ppo/evalua
 Policy = Callable[[np.ndarray], int]  # one observation (frame_stack, 84, 84) uint8 → an action index
 StepCallback = Callable[[int, int, StepResult], None]  # (game index, action, step result)
 GameCallback = Callable[[int, EpisodeStats], None]  # (game index, the finished game)
-
-# Greedy (argmax) evaluation takes a uniformly random action with this probability. Without
-# sticky actions the ALE is deterministic, so a pure argmax policy can lock into a loop (the
-# paddle parked while the ball bounces in a cycle that never scores) and N greedy games that draw
-# the same no-op count are identical. A little ε breaks both; the Atari literature evaluates
-# with ε between 0.001 (Rainbow and later) and 0.05 (Mnih et al. 2015). 0.01 barely moves
-# Breakout scores. Sampled play is already stochastic and uses ε = 0 by default.
-DEFAULT_GREEDY_EPSILON = 0.01
 
 
 def evaluation_spec(config: dict[str, Any], seed: int) -> GameSpec:

@@ -143,23 +143,24 @@ class Dashboard(Process):
 
 
 class ProbeRun(Process):
-    """tests/dashboard/probe_run.py as a labml project of its own, sending to `app_url`."""
+    """tests/dashboard/probe_run.py (or another `script` beside it) as a labml project of its own,
+    sending to `app_url`."""
 
-    def __init__(self, folder: Path, app_url: str, *args: str) -> None:
+    def __init__(self, folder: Path, app_url: str, *args: str, script: Path = PROBE) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PROBE, folder / PROBE.name)
+        shutil.copy(script, folder / script.name)
         # app_open_browser: labml would otherwise open the run page in a browser.
         (folder / ".labml.yaml").write_text(f"app_url: {app_url}\napp_open_browser: false\n"
                                             f"check_repo_dirty: false\n")
-        super().__init__([sys.executable, str(folder / PROBE.name), *args], cwd=folder)
+        super().__init__([sys.executable, str(folder / script.name), *args], cwd=folder)
 
     def run_uuid(self) -> str:
         return self.wait_for_line(lambda line: line.startswith("RUN_UUID=")).split("=", 1)[1].strip()
 
 
 def finished_probe_run(dashboard_url: str, folder: Path, updates: str) -> tuple[str, ProbeRun]:
-    """A probe run of `updates` updates sent to the dashboard to its end: its uuid, and the
-    finished process (for its output)."""
+    """A probe run of `updates` updates sent to the dashboard to its end, on labml's own client and
+    nothing of ours: its uuid, and the finished process (for its output)."""
     probe = ProbeRun(folder, f"{dashboard_url}/api/v1/default", updates)
     run_uuid = probe.run_uuid()
     assert probe.wait() == 0, probe.output

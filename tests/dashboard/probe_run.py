@@ -5,6 +5,10 @@
 It registers dict configs with dynamic hyperparameters, tracks a metric every step
 and prints the values it sees.  With --until it keeps going (up to STEPS) until the
 hyperparameter KEY takes VALUE, which is how the tests watch a live change arrive.
+
+Without --finish-timeout it is any labml experiment: labml's own client and nothing of this
+project (as labml_nn's PPO is), exiting once labml's sender has delivered everything. With it, the
+run's end waits for the sender as a training run of ours does (experiments/run/labml/sender.py).
 """
 
 from __future__ import annotations
@@ -18,14 +22,12 @@ from labml import experiment, tracker
 # labml 0.5.3 does not re-export these from labml.configs.
 from labml.internal.configs.dynamic_hyperparam import FloatDynamicHyperParam, IntDynamicHyperParam
 
-from dashboard.client import finish_app_tracking
-
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("steps", type=int)
     parser.add_argument("--until", default=None)
-    parser.add_argument("--finish-timeout", type=float, default=30.0)
+    parser.add_argument("--finish-timeout", type=float, default=None)
     args = parser.parse_args()
 
     conf: dict[str, float | int | FloatDynamicHyperParam | IntDynamicHyperParam] = {
@@ -49,7 +51,14 @@ def main() -> None:
                 print(f"SAW {until_key}={until_value}", flush=True)
                 break
             time.sleep(0.1)
-    delivered = finish_app_tracking(args.finish_timeout)
+    if args.finish_timeout is None:  # labml's sender delivers everything before the interpreter exits
+        print("FINISHED", flush=True)
+        return
+    from experiments.run.labml.sender import finish_sending
+
+    delivered = finish_sending(args.finish_timeout, print)
+    if not delivered:
+        print(f"the dashboard did not take the last updates within {args.finish_timeout:g} s", flush=True)
     print(f"FINISHED delivered={delivered}", flush=True)
 
 

@@ -1,4 +1,5 @@
-"""A labml run whose dashboard is gone still exits soon after `finish_app_tracking`'s timeout."""
+"""A labml run whose dashboard is gone still exits soon after its bounded wait for labml's sender
+(experiments/run/labml/sender.py, `finish_sending`)."""
 
 from __future__ import annotations
 

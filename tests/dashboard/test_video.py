@@ -1,7 +1,8 @@
 """A run's evaluation video on its dashboard page (`experiments.dashboard --runs-dir DATA_DIR`).
 
 The dashboard reads the videos where the trainer wrote them, `DATA_DIR/<name>/<uuid>/**.mp4`, and
-serves only regular MP4 files that resolve inside a run folder. The browser tests film a real
+serves only regular MP4 files reached inside a run folder without a link
+(tests/dashboard/test_served_files.py races a link against it). The browser tests film a real
 game during a real training run and play it in real Chromium: H.264 plays, OpenCV's old 'mp4v'
 does not (MediaError 4), so they would catch a return to a codec browsers cannot decode.
 """

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import labml
 
-from dashboard.labml_client import split_credentials
+from configs.urls import app_url, split_credentials
 from experiments.run.console import say
-from experiments.run.credentials import app_url
 from experiments.run.updates_csv import METRICS, read_updates
 
 # labml-app keeps at most 1024 points of a series and merges the rest; sending at most this many
@@ -64,7 +63,7 @@ def send_history(dashboard: str, run_uuid: str, updates_csv: Path, keep: int) ->
     packet = history_packet(rows)
     if not packet["track"]:
         return True
-    url, _ = split_credentials(app_url(dashboard) or "")  # labml_client sends them as basic authentication
+    url, _ = split_credentials(app_url(dashboard))  # sent as basic authentication (sender.py)
     query = urllib.parse.urlencode({"run_uuid": run_uuid, "labml_version": labml.__version__})
     request = urllib.request.Request(f"{url}/track?{query}", data=json.dumps([packet]).encode("utf-8"),
                                      headers={"Content-Type": "application/json"})

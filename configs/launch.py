@@ -1,0 +1,73 @@
+"""A launch's config, made in one merge and one validation: the defaults (or, on a resume, the run's
+own saved config), then the command line, then this machine's grouping of the games.
+
+A resume may change only the run options of its command line (`--device`, `--dashboard`, ...) and
+the grouping of its games into worker processes; never what the run learns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from configs.fields import ConfigError
+from configs.grouping import grouped_for_cores, machine_groups
+from configs.ppo import PPOConfig, config_fields, validate
+
+# How the games are spread over worker processes: a speed setting of the machine (configs/grouping.py)
+# that a resume may change (--n-workers, --envs-per-worker) as long as the games stay the same: a
+# run moved to a machine with other cores need not keep 8 processes on 2. Each game's state is
+# saved on its own, so a resume in another grouping is exact whenever the network acts for the
+# same games at once (ppo/rollout.py, acting_groups; tests/test_faults.py).
+GROUPING = {"n_workers", "envs_per_worker"}
+
+
+def launch_config(overrides: Mapping[str, Any], cores: int | None, saved: PPOConfig | None = None,
+                  game_exists: Callable[[str], bool] | None = None) -> tuple[PPOConfig, dict[str, str]]:
+    """(the config to run, the fields this machine chose with why), `ConfigError` in one line otherwise.
+
+    A new run layers the command line over the defaults, then groups its games by the `cores`
+    unless the command line chose (`machine_groups`; `cores` None: not grouped, for the commands
+    that only read a config). A resume (`saved`) layers it over the run's
+    own config and keeps the run's grouping unless told; `--dashboard` is not taken from the
+    checkpoint: a resume sends to the dashboard its own command line names, or to none.
+    """
+    if saved is None:
+        values = {**PPOConfig().to_dict(), **overrides}
+        choices: dict[str, str] = {}
+        if cores is not None and machine_groups(PPOConfig.from_dict(values), overrides):
+            grouped = grouped_for_cores(PPOConfig.from_dict(values), cores)
+            values.update(n_workers=grouped.n_workers, envs_per_worker=grouped.envs_per_worker)
+            choices = {name: f"{cores} usable cores" for name in sorted(GROUPING)}
+        return validate(PPOConfig.from_dict(values), game_exists), choices
+    check_resume_changes(saved, overrides)
+    values = {**saved.to_dict(), "dashboard": None, **regrouped(saved, overrides)}
+    return validate(PPOConfig.from_dict(values), game_exists), {}
+
+
+def check_resume_changes(saved: PPOConfig, overrides: Mapping[str, Any]) -> None:
+    """`ConfigError` for a command-line value a resume may not change (what the run learns)."""
+    run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
+    for name, value in overrides.items():
+        if name not in run_options | GROUPING and value != getattr(saved, name):
+            raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as "
+                                           "--device, and the grouping of its games, may change on --resume)")
+
+
+def regrouped(saved: PPOConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`overrides` with the grouping completed: a resume keeps the run's number of games, so one of
+    --n-workers and --envs-per-worker decides the other; `ConfigError` for a grouping of another number."""
+    games = saved.n_envs
+    chosen = {name: overrides[name] for name in sorted(GROUPING & overrides.keys())}
+    if len(chosen) == 1:
+        (name, value), = chosen.items()
+        if games % value:
+            raise ConfigError(name, value, f"a divisor of the resumed run's {games} games (a resume can regroup its games, "
+                                           "not change their number)")
+        other = (GROUPING - {name}).pop()
+        return {**overrides, other: games // value}
+    if len(chosen) == 2 and overrides["n_workers"] * overrides["envs_per_worker"] != games:
+        raise ConfigError("n_workers", f"{overrides['n_workers']} with --envs-per-worker {overrides['envs_per_worker']}",
+                          f"n_workers × envs_per_worker = the resumed run's {games} games (a resume can regroup its games, "
+                          "not change their number)")
+    return dict(overrides)

@@ -1,0 +1,50 @@
+// Added to labml-app's page: what its hosted app offers and a local dashboard cannot, removed
+// (not hidden: nothing is left to tab to or to be read by a screen reader). There are no
+// accounts here (no sign-out, no token, name or email), no computer monitoring, no public link to
+// share, and labml's documentation describes its hosted app, not this one. The theme choice is
+// dropped too: labml's Settings saves the user before it changes the theme, so the choice is gone
+// at the next page load. What works here stays: the configs page's eye (the run page's card lists
+// the option) and star (the runs list shows it), and the run page's + (a chart of chosen series).
+'use strict';
+
+(function () {
+    const MENU_ENTRIES = new Set(['Computers', 'Documentation', 'Settings', 'Sign out']);
+
+    function settingsPage(container) {
+        if (container.dataset.dashboardLocal) return;
+        container.dataset.dashboardLocal = 'yes';
+        const lines = [
+            ['h5', 'mt-4 px-1', 'No settings here'],
+            ['p', 'px-1', 'This dashboard runs on your machine without accounts; its options are ' +
+                'given when it starts:'],
+            ['pre', 'dashboard-command', 'python -m experiments.dashboard --help'],
+        ];
+        container.replaceChildren(...lines.map(([tag, cls, text]) => {
+            const el = document.createElement(tag);
+            el.className = cls;
+            el.textContent = text;
+            return el;
+        }));
+        container.classList.add('text-center', 'dashboard-how-to');
+    }
+
+    function removeHostedSurfaces() {
+        for (const link of document.querySelectorAll('a.nav-link')) {
+            if (MENU_ENTRIES.has(link.textContent.trim())) link.remove();
+        }
+        for (const icon of document.querySelectorAll('.fa-share-alt')) {
+            const button = icon.closest('.nav-link');
+            if (button) button.remove();
+        }
+        // The share button's "Link copied!" toast, rendered at the end of the body.
+        for (const toast of document.querySelectorAll('.toast-custom-container')) toast.remove();
+        if (location.pathname === '/settings') {
+            const container = document.querySelector('.page .auto-margin');
+            if (container && container.querySelector('.input-list-container')) settingsPage(container);
+        }
+    }
+
+    // The single-page app redraws its views at any time: remove them as they are drawn.
+    removeHostedSurfaces();
+    new MutationObserver(removeHostedSurfaces).observe(document.documentElement, {childList: true, subtree: true});
+}());

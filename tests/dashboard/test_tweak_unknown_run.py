@@ -1,0 +1,58 @@
+"""`tweak` on a run the dashboard it asks does not know: one line naming that dashboard, with
+`--dashboard URL` to ask another, and what the run's folder here says of where the run reported.
+Real runs of the trainer, a real dashboard (two, for a run sent to one and looked for on the other)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from dashboard_support import REPO, Dashboard, child_env, run_tool
+
+TINY = ["--updates", "1", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1"]
+
+
+def train(data_dir: Path, *args: str) -> str:
+    """A finished one-update run under `data_dir`; its uuid."""
+    result = subprocess.run([sys.executable, "-m", "experiments.breakout", *TINY, "--data-dir", str(data_dir), *args],
+                            cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return str(json.loads(Path(result.stdout.strip().splitlines()[-1]).read_text())["run_uuid"])
+
+
+def unknown(run_uuid: str, url: str) -> str:
+    return f"error: RUN_UUID {run_uuid}: expected a run the dashboard at {url} knows; it has none of that uuid"
+
+
+def test_a_run_found_nowhere_names_the_dashboard_asked(dashboard: Dashboard, tmp_path: Path) -> None:
+    run_uuid = "0123456789abcdef" * 2
+    result = run_tool("experiments.tweak", run_uuid, "learning_rate=1e-4", "--dashboard", dashboard.url, "--data-dir", str(tmp_path))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == unknown(run_uuid, dashboard.url) + " (a run that reports to another dashboard: add --dashboard URL)\n"
+
+
+def test_a_run_never_sent_to_a_dashboard_is_said_to_be_one(dashboard: Dashboard, tmp_path: Path) -> None:
+    run_uuid = train(tmp_path / "runs")
+    listing = run_tool("experiments.tweak", run_uuid, "--dashboard", dashboard.url, "--data-dir", str(tmp_path / "runs"))
+    assert listing.returncode == 2 and listing.stdout == ""
+    assert listing.stderr == (unknown(run_uuid, dashboard.url) + f". Its folder {tmp_path / 'runs' / 'breakout' / run_uuid} is here, "
+                              f"but the run reported to no dashboard: only a run started (or resumed) with --dashboard "
+                              f"{dashboard.url} can be tweaked there\n")
+
+
+def test_a_run_sent_to_another_dashboard_is_pointed_there(dashboard: Dashboard, tmp_path: Path, no_leftover_processes: None) -> None:
+    run_uuid = train(tmp_path / "runs", "--dashboard", dashboard.url)
+    other = Dashboard(tmp_path / "other-dashboard")
+    try:
+        other.wait_ready()
+        asked = run_tool("experiments.tweak", run_uuid, "--dashboard", other.url, "--data-dir", str(tmp_path / "runs"))
+    finally:
+        other.kill()
+    assert asked.returncode == 2 and asked.stdout == ""
+    assert asked.stderr == (unknown(run_uuid, other.url) + f". Its folder {tmp_path / 'runs' / 'breakout' / run_uuid} says it "
+                            f"reported to {dashboard.url}: add --dashboard {dashboard.url}\n")
+    # The advice holds: that dashboard knows the run (it lists its values, and says a finished run takes no change).
+    followed = run_tool("experiments.tweak", run_uuid, "--dashboard", dashboard.url)
+    assert followed.returncode == 0 and "learning_rate = " in followed.stdout, followed.stderr

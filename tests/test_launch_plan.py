@@ -1,0 +1,72 @@
+"""A launch is planned whole before anything starts (experiments/run/plan.py): its config made in one
+merge and one validation (configs/launch.py), and a resume's plan read from the run folder without
+deleting or printing anything; the run then acts on it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from configs.fields import ConfigError
+from configs.launch import launch_config
+from configs.ppo import PPOConfig
+from experiments.run.plan import plan_launch
+from tests.conftest import Cli, run_once
+from tests.test_experiment import TINY
+
+
+def test_a_new_run_layers_the_command_line_over_the_defaults_then_groups_its_games_by_the_cores() -> None:
+    config, chosen = launch_config({"learning_rate": 1e-3}, cores=2)
+    assert (config.learning_rate, config.n_workers, config.envs_per_worker) == (1e-3, 2, 4)  # 8 games on 2 cores: 2 × 4
+    assert chosen == {"envs_per_worker": "2 usable cores", "n_workers": "2 usable cores"}
+    config, chosen = launch_config({"n_workers": 4}, cores=2)  # the command line chose: the machine does not
+    assert (config.n_workers, config.envs_per_worker, chosen) == (4, 1, {})
+    config, chosen = launch_config({}, cores=None)  # a command that only reads a config: as the defaults say
+    assert (config.n_workers, config.envs_per_worker, chosen) == (8, 1, {})
+
+
+def test_a_refusal_describes_the_batch_as_this_machine_groups_it() -> None:
+    # 8 games grouped 2 × 4 on 2 cores, 128 steps each: a batch of 1,024 that 3 does not divide.
+    with pytest.raises(ConfigError) as refused:
+        launch_config({"minibatches": 3}, cores=2)
+    assert str(refused.value) == ("--minibatches 3: expected a divisor of the batch size 1024 "
+                                  "(n_workers 2 × envs_per_worker 4 × worker_steps 128)")
+
+
+def test_a_resume_layers_the_command_line_over_the_runs_own_config() -> None:
+    saved = PPOConfig(n_workers=2, envs_per_worker=4, learning_rate=5e-4, dashboard="http://127.0.0.1:5005")
+    config, chosen = launch_config({"device": "cpu", "n_workers": 4}, cores=64, saved=saved)
+    # The run's own values; its games regrouped 4 × 2 as asked (never by the cores); no dashboard unless named again.
+    assert (config.learning_rate, config.n_workers, config.envs_per_worker, config.dashboard, chosen) == (5e-4, 4, 2, None, {})
+    with pytest.raises(ConfigError, match=r"--learning-rate 0.001: expected the resumed run's own value 0.0005"):
+        launch_config({"learning_rate": 1e-3}, cores=2, saved=saved)
+
+
+def folder_state(folder: Path) -> dict[str, tuple[int, str]]:
+    """Every file under `folder`: its mode and the hash of its bytes."""
+    return {str(p.relative_to(folder)): (p.lstat().st_mode, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_planning_a_resume_changes_nothing_and_prints_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = run_once(Cli(), tmp_path, "--updates", "2", *TINY)
+    run_dir = Path(summary["run_dir"])
+    # What the run's dead process left: a stale run.pid, and a temp file of a write it was killed in.
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    (run_dir / "run.pid").write_text(str(dead))
+    (run_dir / ".summary.json.k2m9x0qa.tmp").write_text("{")
+    before = folder_state(run_dir)
+    capsys.readouterr()
+    plan = plan_launch({"data_dir": str(tmp_path), "n_workers": 1}, summary["run_uuid"])
+    assert folder_state(run_dir) == before  # nothing deleted or written: the run removes them when it starts
+    assert capsys.readouterr() == ("", "")  # and nothing printed: the notes are the plan's, for the run to say
+    assert plan.run_dir == run_dir and plan.resume is not None and plan.resume.update == 2
+    assert (plan.config.n_workers, plan.config.envs_per_worker) == (1, 2)
+    assert any(note.startswith("note: the run's 2 games ran as 2 × 1 and go on as 1 × 2") for note in plan.notes), plan.notes
