@@ -139,10 +139,12 @@ def test_the_game_settings_default_as_the_config_does() -> None:
     assert {k: spec[k] for k in shared} == {k: config[k] for k in shared}
 
 
-def test_the_dashboard_tests_probe_is_a_plain_labml_experiment() -> None:
-    """tests/dashboard/probe_run.py stands for any labml experiment (labml_nn's PPO, say) in the
-    dashboard's tests, live changes included: at module level it imports labml and nothing of ours."""
-    tree = ast.parse((REPO / "tests" / "dashboard" / "probe_run.py").read_text())
+@pytest.mark.parametrize("script", ["probe_run.py", "short_run.py"])
+def test_the_dashboard_tests_probes_are_plain_labml_experiments(script: str) -> None:
+    """tests/dashboard/probe_run.py and short_run.py stand for any labml experiment (labml_nn's PPO,
+    say) in the dashboard's tests, live changes included: at module level they import labml and
+    nothing of ours."""
+    tree = ast.parse((REPO / "tests" / "dashboard" / script).read_text())
     top = set()
     for node in tree.body:
         if isinstance(node, ast.Import):

@@ -100,6 +100,6 @@ def test_a_hostile_dashboard_cannot_stop_a_run(cli, tmp_path: Path) -> None:
             assert SECRET.encode() not in path.read_bytes(), path
     # The trainer refused the bad value and reported it; the dashboard's escape codes never reached the terminal.
     assert "refused live value value_coef = 'x': expected a number; keeping 0.5" in output
-    assert "value_coef: 0.5 -> 0.75" in output  # labml's line: good values still arrive
+    assert "live value value_coef: 0.5 → 0.75, from the next update" in output  # good values still arrive
     assert "\x1b]0;pwned" not in output and "\x1b[31mred" not in output
     assert cli.leftovers() == []
