@@ -77,8 +77,9 @@
     }
 
     function dropStockEntries() {
-        // Comparing two runs' series is not offered (the learning-curve command compares seeds);
-        // labml's other hosted-app surfaces are removed by local-only.js.
+        // labml-app's own comparison card needs its hosted app; runs are compared on this dashboard's
+        // comparison page instead (compare-pick.js ticks them in the runs list). labml's other
+        // hosted-app surfaces are removed by local-only.js.
         for (const card of document.querySelectorAll('.labml-card')) {
             const header = card.querySelector('.header');
             const comparison = (header && header.textContent.trim().toLowerCase() === 'comparison') ||
