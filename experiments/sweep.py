@@ -54,13 +54,14 @@ def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     (Ray re-ran this trial after its node or process was lost). Returns the run's summary."""
     from experiments.run.folders import checkpoint_path, find_run
     from experiments.run.lifecycle import TrainingRun
-    from experiments.run.plan import LaunchPlan, plan_launch
+    from experiments.run.plan import LaunchPlan
     from experiments.run.preflight import check_can_start
+    from experiments.run.resume import plan_resume
 
     config = config_from_overrides(overrides, game_exists=is_known_game)  # the trial's games as the sweep grouped them
     run_dir = find_run(Path(config.data_dir), run_uuid)
     if run_dir is not None and checkpoint_path(run_dir).exists():
-        plan = plan_launch(overrides, run_uuid)
+        plan = plan_resume(run_dir, run_uuid, overrides)  # the folder just found, not looked up again
     else:
         check_can_start(config)
         plan = LaunchPlan(config, run_uuid=run_uuid)

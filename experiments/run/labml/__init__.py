@@ -12,7 +12,7 @@ tests/dashboard/ fail when one moves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -88,10 +88,10 @@ class LabmlRun:
         experiment.start()  # its end is reported by `finish`, with the run's real status
         tracker.set_global_step(env_steps)
 
-    def updates(self, first: int, last: int) -> Iterator[int]:
+    def updates(self, first: int, last: int) -> Iterable[int]:
         """Update numbers `first` … `last - 1`, counted by labml's loop."""
         loop: Iterable[int] = monit.loop(range(first, last))
-        yield from loop
+        return loop
 
     def live_values(self) -> dict[str, Any]:
         """The live hyperparameters now (each tracked as `hp.<name>`, which the dashboard shows)."""
