@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parser.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, metavar="INT", help="seeds the runs and the chaos (default: 0)")
     parser.add_argument("--data-dir", default=None, metavar="DIR", help="where the runs go (default: a temporary folder)")
     args = parser.parse_args(argv)
-    from experiments.run.preflight import check_can_start  # torch, once the command line is accepted
+    from experiments.run.plan import check_can_start  # torch, once the command line is accepted
 
     if args.data_dir is not None:
         try:  # the runs' own check, before the first of them starts

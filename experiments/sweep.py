@@ -54,9 +54,7 @@ def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     (Ray re-ran this trial after its node or process was lost). Returns the run's summary."""
     from experiments.run.folders import checkpoint_path, find_run
     from experiments.run.lifecycle import TrainingRun
-    from experiments.run.plan import LaunchPlan
-    from experiments.run.preflight import check_can_start
-    from experiments.run.resume import plan_resume
+    from experiments.run.plan import LaunchPlan, check_can_start, plan_resume
 
     config = config_from_overrides(overrides, game_exists=is_known_game)  # the trial's games as the sweep grouped them
     run_dir = find_run(Path(config.data_dir), run_uuid)

@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     epsilons = [parse_epsilon(text) for text in args.epsilons]
     check_device_name(args.device)
     # The learner (torch) once the command line is accepted: --help and a refused option answer without it.
-    from experiments.run.resume import checked_live_values
+    from experiments.run.plan import checked_live_values
     from game.atari import action_meanings, is_known_game
     from game.vector import game_specs, make_pool
     from ppo.checkpoint import Checkpoint, CheckpointError

@@ -79,7 +79,7 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
         raise PbtError(f"--ray-address {address}: needs --dashboard URL, one every node can reach (the members' live channel)")
     if address is not None:
         config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
-    from experiments.run.preflight import check_can_start  # torch: once the options are accepted, not for --help
+    from experiments.run.plan import check_can_start  # torch: once the options are accepted, not for --help
 
     check_can_start(base)
     cpus = args.cpus_per_member if args.cpus_per_member is not None else (1 if base.backend == "serial" else base.n_workers + 1)
