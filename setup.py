@@ -36,6 +36,9 @@ setup(
         # The training progress line: redrawn in place, cut to the terminal's width, messages
         # written above it from any thread (experiments/run/progress.py).
         "tqdm>=4.66",
+        # Other processes read through a maintained library, not hand-parsed /proc: the benchmark's
+        # workers (their parent, memory), and the tests' search for a run's leftovers and open ports.
+        "psutil>=6.0",
     ],
     extras_require={
         # mkdocs builds the documentation site (mkdocs.yml; CI runs `mkdocs build --strict`).

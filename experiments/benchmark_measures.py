@@ -1,5 +1,5 @@
 """The benchmark's measurements, each run alone: ale-py's vector env, the project's pool and the
-trainer's phases on it, and the network by itself; with the timing and /proc memory readings they use."""
+trainer's phases on it, and the network by itself; with the timing, /proc memory and scheduler readings they use."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import re
 import resource
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 
 from configs.ppo import PPOConfig, live_ranges
-from experiments.run import process_table
 from game.atari import gym_id
 from game.vector import EnvPool, game_specs, make_pool
 from ppo.memory import keep_freed_memory
@@ -58,7 +59,7 @@ def _sync(device: torch.device) -> Callable[[], None]:
     return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
-# ---- memory (from /proc) -----------------------------------------------------------------------
+# ---- processes: memory and scheduler accounts (/proc, and psutil where it reports them) --------
 
 def status_kb(pid: int | str, field: str) -> int:
     """A `Vm*` line of /proc/PID/status in kB; 0 when the process or the line is gone."""
@@ -72,16 +73,43 @@ def status_kb(pid: int | str, field: str) -> int:
     return 0
 
 
-def _pss_kb(pid: int | str) -> int:
+def _pss_kb(pid: int) -> int:
     """Proportional set size (shared pages split between their users); 0 if unavailable."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return int(psutil.Process(pid).memory_full_info().pss) // 1024
+    except (psutil.Error, AttributeError):  # gone, or no PSS on this system
+        return 0
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:  # gone
+        return None
+
+
+def scheduler_ns(pid: int) -> tuple[int, int] | None:
+    """(time on a core, time runnable but waiting for one) of `pid` in ns, summed over its threads
+    (/proc/PID/task/*/schedstat, the scheduler's own accounts); None where the kernel keeps no
+    such account or the process is gone. A thread that ended before the call is not counted.
+    Read here, not through psutil: its CPU times have no waiting time, and count in clock ticks
+    (10 ms), coarser than a worker's time per step."""
+    on_core = waiting = read = 0
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for thread in threads:
+        try:
+            fields = (thread / "schedstat").read_text().split()
+            on_core, waiting, read = on_core + int(fields[0]), waiting + int(fields[1]), read + 1
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile, or no schedstat
+            continue
+    try:
+        alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # a zombie's account is final, not running
+    except psutil.Error:
+        alive = False
+    return (on_core, waiting) if read and alive else None
 
 
 def worker_memory(pool: EnvPool, backend: str = "local") -> dict[str, float]:
@@ -91,7 +119,7 @@ def worker_memory(pool: EnvPool, backend: str = "local") -> dict[str, float]:
     on a cluster, only the actors on this machine are found)."""
     pids = set(pool.worker_pids())
     if backend == "local":
-        pids |= {p for p in (process_table.parent_pid(pid) for pid in list(pids)) if p and p != os.getpid() and p != 1}
+        pids |= {p for p in map(_parent_pid, list(pids)) if p and p != os.getpid() and p != 1}
     mb = 1 / 1024
     return {
         "workers_peak_rss_mb": sum(status_kb(p, "VmHWM") for p in pids) * mb,
@@ -187,9 +215,9 @@ def measure_pool_and_trainer(config: PPOConfig, device: torch.device, duration: 
             whole_update()
         hp = trainer.schedule()
         pids = [os.getpid(), *pool.worker_pids()]
-        started, before = time.perf_counter(), [process_table.scheduler_ns(pid) for pid in pids]
+        started, before = time.perf_counter(), [scheduler_ns(pid) for pid in pids]
         sampling = timed_rate(trainer.collect, size, duration, 0.0, sync=sync)
-        after, wall = [process_table.scheduler_ns(pid) for pid in pids], time.perf_counter() - started
+        after, wall = [scheduler_ns(pid) for pid in pids], time.perf_counter() - started
         out["sample_sps"] = sampling["rate"]
         # timed_rate's untimed first call is inside `wall` too: every step of every collect counts.
         out.update(sampling_breakdown(before, after, wall, (int(sampling["calls"]) + 1) * config.worker_steps))
@@ -210,7 +238,7 @@ def sampling_breakdown(before: list[tuple[int, int] | None], after: list[tuple[i
                        steps: int) -> dict[str, float]:
     """Where a step of all the games goes while sampling, in ms per step: its wall time; the trainer's
     time on a core and waiting for one (the first entries); a worker's, averaged over the workers
-    (the rest). From the scheduler's accounts (`process_table.scheduler_ns`) taken within `wall_s`,
+    (the rest). From the scheduler's accounts (`scheduler_ns`) taken within `wall_s`,
     so the times on a core add up to at most cores × wall. Empty where an account is missing (not
     Linux, or a Ray actor on another machine)."""
     if any(b is None or a is None for b, a in zip(before, after, strict=True)) or len(before) < 2:

@@ -28,8 +28,6 @@ COMMANDS = {
     "tweak": Command("experiments.tweak", "change a running experiment's live hyperparameters"),
     "benchmark": Command("experiments.benchmark", "measure env, network and training-loop speed on this machine"),
     "curves": Command("experiments.curves", "learning curves over seeds, optionally beside SB3's PPO"),
-    "value-clip": Command("experiments.value_clip", "how much of a batch each value clip range would hold back at a checkpoint"),
-    "chaos": Command("experiments.chaos", "interrupt, kill and resume real runs and check they survive"),
     "sweep": Command("experiments.sweep", "grid or random hyperparameter search on Ray"),
     "pbt": Command("experiments.pbt", "population-based training on Ray, tweaking members through the live channel"),
 }

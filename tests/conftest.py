@@ -24,11 +24,11 @@ import torch
 
 from configs.ppo import PPOConfig
 from experiments.breakout import main as train_main
-from experiments.run import process_table
 from game.vector import PipePool, game_specs
 from game.vector.private_ray import ray_installed, start_private_ray, stop_ray
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
+from tests import process_table
 
 # Every process a test's run starts (workers, the forkserver, the resource tracker) inherits this
 # variable, so leftovers are found even after they were re-parented to init.

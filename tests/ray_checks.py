@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.run import process_table
+from tests import process_table
 from tests.conftest import MARK, REPO
 
 

@@ -17,9 +17,9 @@ import torch
 from configs.grouping import grouped_for_cores, usable_cores
 from configs.ppo import PPOConfig
 from experiments.benchmark import JSON_KEYS, RATE_KEYS, bound_sps
-from experiments.benchmark_measures import sampling_breakdown
-from experiments.run import process_table
+from experiments.benchmark_measures import sampling_breakdown, scheduler_ns
 from ppo.devices import has_fast_bf16
+from tests import process_table
 
 REPO = Path(__file__).resolve().parents[1]
 # Each measurement runs its call at least once (the loop twice) whatever --duration says, so a
@@ -168,11 +168,11 @@ def test_scheduler_accounts_hold_at_least_the_cpu_time_a_process_used() -> None:
     child = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         used_s = float(child.stdout.readline())  # type: ignore[union-attr]
-        account = process_table.scheduler_ns(child.pid)
+        account = scheduler_ns(child.pid)
         assert account is not None and account[0] >= used_s * 1e9 * 0.999, (account, used_s)
     finally:
         child.communicate("")
-    assert process_table.scheduler_ns(child.pid) is None  # reaped: no account
+    assert scheduler_ns(child.pid) is None  # reaped: no account
 
 
 def test_bound_with_a_gpu_overlaps_env_and_inference() -> None:

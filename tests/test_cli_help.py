@@ -22,7 +22,7 @@ from ppo.checkpoint import load_checkpoint
 from tests.conftest import REPO
 from tests.test_experiment import summary_of
 
-ENTRY_POINTS = ["breakout", "evaluate", "dashboard", "tweak", "benchmark", "chaos", "sweep", "curves", "peer_sb3", "value_clip"]
+ENTRY_POINTS = ["breakout", "evaluate", "dashboard", "tweak", "benchmark", "sweep", "curves", "peer_sb3"]
 UNDERSCORED = [f.name for f in config_fields() if "_" in f.name]
 
 # `python -m MODULE ARGS` with torch, Ray and labml made unimportable: each attempt to import one
@@ -56,8 +56,6 @@ REFUSALS = {
     "tweak": (["abc"], "error: RUN_UUID 'abc': expected the uuid of a run (32 hex digits, as labml prints it)"),
     "benchmark": (["--duration", "0"], "error: --duration 0: expected a number > 0 and ≤ 3600"),
     "curves": (["--window", "0"], "error: --window 0: expected an integer from 1 to 100_000"),
-    "value-clip": (["--epsilons", "-1"], "error: --epsilons -1: expected finite numbers ≥ 0 (value clip ranges, in the value's own units)"),
-    "chaos": (["--updates", "0"], "error: --updates 0: expected an integer from 1 to 10_000"),
     "sweep": (["--samples", "0"], "error: --samples 0: expected an integer from 1 to 10_000"),
     "pbt": (["--population", "1"], "error: --population 1: expected an integer from 2 to 1_024"),
 }
@@ -256,13 +254,6 @@ def test_every_entry_point_has_version_and_names_itself_in_usage(cli, module: st
     usage = cli.run(module, "--help")
     assert usage.returncode == 0 and usage.stdout.startswith(f"usage: python -m {module} ["), usage.stdout[:200]
     assert "--version" in usage.stdout
-
-
-def test_chaos_help_is_plain_text(cli) -> None:
-    result = cli.run("experiments.chaos", "--help")
-    assert result.returncode == 0
-    assert not re.search(r"```|`|\*\*|^\s*#", result.stdout, re.M), result.stdout
-    assert "1. interrupt and resume: SIGTERM mid-run" in result.stdout  # the list is kept as a list
 
 
 def test_the_dispatcher_lists_its_commands_and_forwards_their_arguments(cli) -> None:

@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from experiments.curves import score_at
-from experiments.run import process_table
 from experiments.run.appended_csv import torn_last_line
 from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
 from experiments.run.updates_csv import read_updates
 from experiments.seed_runs import stopping_signal
 from ppo.checkpoint import load_checkpoint, save_checkpoint
+from tests import process_table
 from tests.conftest import run_once, wait_for_file
 
 TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "128", "--minibatches", "2", "--epochs", "1"]

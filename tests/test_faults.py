@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,12 +15,12 @@ import pytest
 import torch
 
 from configs.ppo import PPOConfig
-from experiments.run.process_table import is_alive
 from game.vector import PipePool, RestartPolicy, WorkerKeepsFailing, game_specs
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer
 from tests.conftest import REPO, Cli, run_once, wait_for_file
+from tests.process_table import is_alive
 from tests.test_experiment import TINY, summary_of
 
 # One finished update of a small run, made once (`run_once`) for the tests that attack its checkpoint.
@@ -262,7 +263,7 @@ def test_chaos_script_end_to_end(cli) -> None:
     # after its first checkpoint, for the kill (up to 1 s in), the two checkpoints after it and the
     # SIGTERM (up to 0.5 s later) to land while the run is still training. (Smaller rollouts would
     # need more updates, each with its checkpoint, for the same time.)
-    result = cli.run("experiments.chaos", "--updates", "10", "--worker-steps", "64", "--interruptions", "1", "--kills", "1",
+    result = cli.run("tests.chaos", "--updates", "10", "--worker-steps", "64", "--interruptions", "1", "--kills", "1",
                      timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -270,6 +271,15 @@ def test_chaos_script_end_to_end(cli) -> None:
     assert report["worker_restarts"] == report["workers_killed"] == 1
     assert report["resumes"] >= 2 and report["updates_completed"] == 2 * 10 and report["processes_left"] == 0
     assert cli.leftovers() == []
+
+
+def test_the_chaos_script_s_help_is_plain_text_and_a_bad_option_one_line(cli) -> None:
+    result = cli.run("tests.chaos", "--help")
+    assert result.returncode == 0 and result.stdout.startswith("usage: python -m tests.chaos [-h] [--version]")
+    assert not re.search(r"```|`|\*\*|^\s*#", result.stdout, re.M), result.stdout
+    assert "1. interrupt and resume: SIGTERM mid-run" in result.stdout  # the list is kept as a list
+    refused = cli.run("tests.chaos", "--updates", "0")
+    assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", "error: --updates 0: expected an integer from 1 to 10_000\n")
 
 
 def test_a_game_that_keeps_raising_stops_the_run_with_its_traceback(pool_stack) -> None:

@@ -11,13 +11,18 @@ ranges its --help states.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from configs.ppo import config_fields
+from tests.conftest import REPO
+from tests.process_table import children
 
 EDGES = {
     "zero": "0", "negative": "-1", "huge": "1e308", "nan": "nan", "inf": "inf", "word": "x",
@@ -54,31 +59,31 @@ def test_the_table_names_every_training_option() -> None:
     assert set(TRAINING) == {f.name for f in config_fields()}
 
 
-def _children() -> list[int]:
-    me = str(os.getpid())
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == me:
-                found.append(int(entry.name))
-        except (OSError, IndexError):
-            continue
-    return found
+@functools.cache
+def _main(module: str) -> Callable[[list[str]], int]:
+    """`module`'s main: a module by name, or a script of tools/ by its path (tools/ is no package)."""
+    if not module.endswith(".py"):
+        return importlib.import_module(module).main
+    spec = importlib.util.spec_from_file_location(Path(module).stem, REPO / module)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script.main
 
 
 def _refused(module: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """The one stderr line of `module`'s main(argv), which must exit with code 2 and start nothing."""
-    main = importlib.import_module(module).main
+    main = _main(module)
     # Children an earlier test of the session left running on purpose (multiprocessing's forkserver
     # lives as long as the test process) are not this call's: only new ones count.
-    before = set(_children())
+    before = set(children(os.getpid()))
     with pytest.raises(SystemExit) as exited:
         main(argv)
     out, err = capsys.readouterr()
     assert exited.value.code == 2, (argv, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err and out == "", (argv, err)
-    assert set(_children()) - before == set(), argv
+    assert set(children(os.getpid())) - before == set(), argv
     return lines[0]
 
 
@@ -119,9 +124,9 @@ COMMANDS = {
     "experiments.breakout": ({"resume": NONE}, GUARD_DEVICE, GUARD_MESSAGE),
     "experiments.sweep": (SWEEP, SWEEP_GUARD, "--minibatches 7: expected a divisor"),
     "experiments.evaluate": (EVALUATE, ["--checkpoint", "/nonexistent/checkpoint.pt"], "--checkpoint /nonexistent/checkpoint.pt"),
-    "experiments.value_clip": (VALUE_CLIP, ["--checkpoint", "/nonexistent/checkpoint.pt"], "--checkpoint /nonexistent/checkpoint.pt"),
+    "tools/value_clip.py": (VALUE_CLIP, ["--checkpoint", "/nonexistent/checkpoint.pt"], "--checkpoint /nonexistent/checkpoint.pt"),
     "experiments.curves": (CURVES, ["--runs", "A=/nonexistent"], "--runs A=/nonexistent"),
-    "experiments.chaos": (CHAOS, ["--data-dir", "/proc/nonexistent/runs"], "--data-dir /proc/nonexistent/runs"),
+    "tests.chaos": (CHAOS, ["--data-dir", "/proc/nonexistent/runs"], "--data-dir /proc/nonexistent/runs"),
     "experiments.benchmark": (BENCHMARK, GUARD_DEVICE, GUARD_MESSAGE),
     "experiments.tweak": (TWEAK, ["0" * 32, "learning_rate=-1"], "learning_rate=-1"),
     "experiments.dashboard": (DASHBOARD, ["--port", "0"], "--port '0'"),

@@ -13,11 +13,11 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from experiments.run.process_table import is_alive
 from game.atari import Game, GameSpec
 from game.vector import EnvPool, PipePool, RestartPolicy, SerialPool, WorkerDied, WorkerError, WorkerKeepsFailing, WorkerTimeout
 from game.vector.pool import RESEED_STRIDE
 from game.vector.ray_actors import ray_installed
+from tests.process_table import is_alive
 
 PoolFactory = Callable[..., EnvPool]
 PROCESS_TRANSPORTS = ["pipe", pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.skipif(not ray_installed(), reason="Ray is not installed")])]

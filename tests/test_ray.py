@@ -21,7 +21,6 @@ import torch
 
 from configs.ppo import PPOConfig
 from experiments.breakout import main
-from experiments.run.process_table import is_alive
 from game.atari import GameSpec
 from game.vector import PipePool, game_specs, make_pool
 from game.vector.private_ray import tighten_token_file
@@ -30,6 +29,7 @@ from game.vector.ray_actors import ray_installed
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 from tests.conftest import REPO, ROLLOUT_FIELDS, train_from_seed
+from tests.process_table import is_alive
 from tests.ray_checks import attack, check_private, check_refused, snapshot
 from tests.test_experiment import summary_of
 

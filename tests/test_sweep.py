@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments.run import process_table
 from experiments.sweep import main, sorted_rows
 from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
 from game.vector.ray_actors import ray_installed
+from tests import process_table
 from tests.conftest import MARK
 from tests.ray_checks import attack, check_private, check_refused, snapshot
 

@@ -93,7 +93,7 @@ def test_each_update_reports_how_much_of_the_batch_the_value_clip_kept_from_the_
 
 
 def test_a_snapshot_restores_the_learner_exactly_as_often_as_asked() -> None:
-    # What `experiments.value_clip` relies on to run one update per ε from one point: restore,
+    # What `tools/value_clip.py` relies on to run one update per ε from one point: restore,
     # update, restore, update gives the same parameters, Adam state and shuffle twice, bit for bit.
     # Restoring a snapshot without copying Adam's state fails this: Adam adopts the loaded tensors
     # and steps them in place, so the second update would start where the first one ended.
@@ -122,7 +122,7 @@ def test_a_snapshot_restores_the_learner_exactly_as_often_as_asked() -> None:
 
 
 def test_collect_then_optimize_is_one_iteration_but_counts_no_update() -> None:
-    # What experiments/value_clip.py and the benchmark rely on: the two halves of `iteration`, run
+    # What tools/value_clip.py and the benchmark rely on: the two halves of `iteration`, run
     # apart, learn bit for bit what the whole does; only the whole counts the update (so a caller
     # that optimises one rollout several times does not anneal its settings between them).
     config = PPOConfig(n_workers=1, envs_per_worker=2, worker_steps=32, minibatches=2, epochs=1, seed=4)

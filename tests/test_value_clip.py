@@ -1,20 +1,32 @@
-"""`experiments.value_clip`: one update per value clip ε from a real run's checkpoint, through the real CLI."""
+"""`tools/value_clip.py`: one update per value clip ε from a real run's checkpoint, through its real command line."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from ppo.checkpoint import load_checkpoint, save_checkpoint
-from tests.conftest import Cli
+from tests.conftest import REPO, Cli
 
 # 2 games × 32 steps = 64 agent steps per update; a schedule of 256 steps is 4 updates. The
 # value clip tied to the annealed policy clip (ppo2's rule), so the run's own ε is worked out by hand below.
 TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "32", "--minibatches", "2", "--epochs", "1",
             "--total-env-steps", "256", "--stop-after-env-steps", "128", "--seed", "3", "--value-clip-range", "none"]
+
+
+def value_clip(cli: Cli, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python tools/value_clip.py ARGS` from the checkout, as its docstring runs it, with this
+    checkout's packages first on the path (not an installed copy's)."""
+    env = cli.env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, str(REPO / "tools" / "value_clip.py"), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +47,7 @@ def digests(folder: Path) -> dict[str, str]:
 def test_each_epsilon_gets_one_update_from_the_checkpoint_and_the_run_is_untouched(cli, trained) -> None:
     data_dir, uuid = trained
     before = digests(data_dir)
-    result = cli.run("experiments.value_clip", "--run", uuid, "--data-dir", str(data_dir), "--epsilons", "0", "1e9", "1e9")
+    result = value_clip(cli, "--run", uuid, "--data-dir", str(data_dir), "--epsilons", "0", "1e9", "1e9")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert (report["run_uuid"], report["update"], report["n_updates"], report["env_steps"]) == (uuid, 2, 4, 128)
@@ -59,12 +71,12 @@ def test_each_epsilon_gets_one_update_from_the_checkpoint_and_the_run_is_untouch
     (["--epsilons", "inf"], "error: --epsilons inf: expected finite numbers ≥ 0 (value clip ranges, in the value's own units)\n"),
 ])
 def test_a_bad_epsilon_is_one_line_and_exit_2(cli, args: list[str], expected: str, tmp_path: Path) -> None:
-    result = cli.run("experiments.value_clip", "--run", "0" * 32, "--data-dir", str(tmp_path), *args)
+    result = value_clip(cli, "--run", "0" * 32, "--data-dir", str(tmp_path), *args)
     assert (result.returncode, result.stderr) == (2, expected)
 
 
 def test_a_run_that_is_not_there_is_one_line_and_exit_2(cli, tmp_path: Path) -> None:
-    result = cli.run("experiments.value_clip", "--run", "0" * 32, "--data-dir", str(tmp_path))
+    result = value_clip(cli, "--run", "0" * 32, "--data-dir", str(tmp_path))
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"error: --run {'0' * 32}: expected the uuid (32 hex digits) of a run under {tmp_path}/")
 
@@ -77,8 +89,14 @@ def test_a_checkpoint_with_an_impossible_config_is_refused_before_any_game_start
     state["config"]["minibatches"] = 3
     crafted = tmp_path / "crafted.pt"
     save_checkpoint(crafted, state)
-    result = cli.run("experiments.value_clip", "--checkpoint", str(crafted))
+    result = value_clip(cli, "--checkpoint", str(crafted))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"error: --checkpoint {crafted}: expected a checkpoint written by python -m experiments.breakout")
     assert "minibatches 3" in result.stderr
     assert cli.leftovers() == []
+
+
+def test_help_names_the_script_as_it_is_run(cli) -> None:
+    result = value_clip(cli, "--help")
+    assert result.returncode == 0 and result.stdout.startswith("usage: python tools/value_clip.py [-h] [--version]"), result.stdout[:300]
+    assert "--epsilons E [E ...]" in result.stdout and result.stderr == ""

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from dashboard_support import Dashboard, finished_probe_run, marked_processes
 
-from experiments.run.process_table import descendants
+from tests.process_table import descendants
 
 
 @pytest.fixture

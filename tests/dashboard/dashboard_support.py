@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from experiments.run import process_table
+from tests import process_table
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("probe_run.py")

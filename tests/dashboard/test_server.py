@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dashboard_support import REPO, Dashboard, child_env, finished_probe_run, free_port
 
-from experiments.run.process_table import descendants
+from tests.process_table import descendants
 
 HOSTNAME = Path("/etc/hostname").read_text().strip() if Path("/etc/hostname").exists() else None
 

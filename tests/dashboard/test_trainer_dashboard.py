@@ -23,7 +23,7 @@ from browser import CHROMIUM, Browser
 from dashboard_support import REPO, Dashboard, Process, free_port, run_tool
 from test_live_run import series_of
 
-from experiments.chaos import worker_pids
+from tests.chaos import worker_pids
 
 PAGE_LIMIT_S = 120.0
 # Short games (200 frames = 50 agent steps, then truncated) give the run a score within its first

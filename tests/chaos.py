@@ -1,4 +1,4 @@
-"""Break a real training run on purpose and check it survives: `python -m experiments.chaos`.
+"""Break real training runs on purpose and check they survive (a test harness, run from the checkout): `python -m tests.chaos`.
 
 Two legs, each a short real run of `python -m experiments.breakout` in a subprocess:
 1. **interrupt and resume**: SIGTERM mid-run (repeatedly), `--resume` each time, until done; the
@@ -11,6 +11,7 @@ After both, no process of any run may be left alive. The last line printed is a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -23,9 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from configs.cli import OneLineParser, config_from_overrides, docstring_help, fail, int_in
 from configs.fields import MAX_SEED, ConfigError
-from experiments.run import process_table
+from tests.process_table import age_s, children, marked
 
 MARK = "BREAKOUT_CHAOS_MARK"
 
@@ -34,13 +37,10 @@ def worker_pids(trainer_pid: int, min_age_s: float = 1.0) -> list[int]:
     """The game workers (children of the trainer's forkserver) that have been up for a while: a
     replacement still starting is retried by the pool itself, not replaced, so it is spared."""
     workers: list[int] = []
-    for child in process_table.children(trainer_pid):
-        try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        except FileNotFoundError:
-            continue
-        if b"forkserver" in cmdline:
-            workers.extend(pid for pid in process_table.children(child) if process_table.age_s(pid) >= min_age_s)
+    for child in children(trainer_pid):
+        with contextlib.suppress(psutil.Error):  # gone meanwhile
+            if any("forkserver" in part for part in psutil.Process(child).cmdline()):
+                workers.extend(pid for pid in children(child) if age_s(pid) >= min_age_s)
     return workers
 
 
@@ -131,7 +131,7 @@ def same_parameters(a: Path, b: Path) -> bool:
     return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
-PROG = "python -m experiments.chaos"
+PROG = "python -m tests.chaos"
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         resumed = interrupted_run(Runner(root / "resumed", base, marker), rng, args.interruptions, kills=0)
         killed = interrupted_run(Runner(root / "killed", base, marker), rng, min(args.interruptions, 1), kills=args.kills)
         time.sleep(0.5)
-        leftovers = process_table.marked(MARK, marker)
+        leftovers = marked(MARK, marker)
         result = {
             "updates_completed": resumed["updates"] + killed["updates"],
             "worker_restarts": killed["worker_restarts"],

@@ -1,12 +1,12 @@
-"""What each value clip ε would hold back at one point of a run: `python -m experiments.value_clip --help`.
+"""What each value clip ε would hold back at one point of a run (a study's script, not one of the commands).
 
-    python -m experiments.value_clip --run RUN_UUID --epsilons 0.05 0.1 0.2 0.5
+    python tools/value_clip.py --run RUN_UUID --epsilons 0.05 0.1 0.2 0.5
 
 A clipped value loss, max((V − R)², (V_old + clip(V − V_old, ±ε) − R)²), gives a sample no value
 gradient at all once its value has moved more than ε from the one it was sampled with and the
 clipped term is the larger: that sample teaches the critic nothing for the rest of the update.
 A run reports the share of such samples as `value_clip_fraction`, for the ε it trains with (the
-policy's annealed clip by default). This command answers what a user choosing ε asks next: what
+policy's annealed clip by default). This script answers what a user choosing ε asks next: what
 would another ε do at this point of this run? It loads the run's checkpoint, samples one rollout
 from it (the run's own games, continued exactly), then runs one whole update per ε, each from the
 checkpoint's parameters, Adam state and shuffle, and prints each update's `value_clip_fraction`
@@ -50,7 +50,7 @@ def own_clip(config: PPOConfig, epsilon: float | None) -> str:
     return f"the run's own: {epsilon:.4g} (--value-clip-range, fixed)"
 
 
-PROG = "python -m experiments.value_clip"
+PROG = "python tools/value_clip.py"
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
