@@ -16,6 +16,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -171,7 +172,11 @@ class AtomicFileIndexDbDriver(FileIndexDbDriver):
         atomic_write(self._index_path, self._serializer.to_string(self._cache).encode("utf-8"))
 
 
-class DataFolderInUseError(RuntimeError):
+class DataFolderError(RuntimeError):
+    """The data folder cannot be locked for this process; the message says why."""
+
+
+class DataFolderInUseError(DataFolderError):
     """Another dashboard process holds the data folder's lock."""
 
 
@@ -180,6 +185,8 @@ class DataFolderLock:
 
     The kernel drops the lock when the process dies, so a crash never leaves the
     folder locked; the pid written into the file only serves the error message.
+    The file is opened without following a link and must have no other name, so
+    the pid is never written through a link or hard link planted in its place.
     """
 
     def __init__(self, data_dir: Path) -> None:
@@ -187,7 +194,19 @@ class DataFolderLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise DataFolderError(f"{self.path.parent}: its {LOCK_FILE_NAME} is a symbolic link, which the "
+                                  f"lock would write through; remove it") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(fd)
+            raise DataFolderError(f"{self.path.parent}: its {LOCK_FILE_NAME} is not a file of its own (a device, "
+                                  f"FIFO or socket, or a file with {info.st_nlink} hard links), which the lock "
+                                  f"would write through; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
