@@ -22,9 +22,9 @@ On top of the stock app this:
 - compares runs: their curves of one metric overlaid, chosen from the runs list (see `compare`).
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
-(loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,
-bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
-`stock_api` (labml-app's own endpoints), `usage` (the per-run cap), `videos` (run videos),
+(every change made to labml-app: its set-up, store, routes, middleware and CORS), `guard` (Host,
+Origin, bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
+`stock_api` (the checks of labml-app's own endpoints), `usage` (the per-run cap), `videos` (run videos),
 `files` (every file served: opened once, without following links), `compare` (runs side by
 side), `web` (errors as JSON).
 labml-app builds its app object when `labml_app.flask_app` is imported, so `create_app` can be
@@ -41,13 +41,15 @@ from fastapi import FastAPI
 
 from dashboard.assets import VendorAssets, vendor_folders
 from dashboard.compare import compare_routes
-from dashboard.guard import RequestGuard, allowed_host_names
+from dashboard.guard import allowed_host_names
 from dashboard.handlers import OWN_STATIC, DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import (
+    answer_errors_as_json,
     chart_bundle_route,
-    drop_stock_error_middleware,
+    check_stock_routes,
     give_back_on_delete,
+    guard_requests,
     load_labml_app,
     present_runs,
     replace_stock_routes,
@@ -55,10 +57,8 @@ from dashboard.labml_app_patches import (
     trust_only_origin,
 )
 from dashboard.lane import StoreLane
-from dashboard.stock_api import check_stock_routes
 from dashboard.usage import MAX_RUN_BYTES, MAX_RUNS, MAX_STORE_BYTES, RunUsage
 from dashboard.videos import video_routes
-from dashboard.web import answer_errors_as_json
 
 # labml's packets weigh a few KB (the largest measured, a Breakout run's configs, 12.9 KB); labml
 # merges at most 1024 points per series into one packet after an outage.  Parsing this much
@@ -100,12 +100,9 @@ def create_app(settings: DashboardSettings) -> FastAPI:
                                            *compare_routes(hp_store, compare_html)],
                          last=handlers.catch_all_routes())
     serialize_store_writes(flask_app.app, lane, TRACK_PATH)
-    drop_stock_error_middleware(flask_app)
+    answer_errors_as_json(flask_app)
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")
-    answer_errors_as_json(flask_app.app)
-    # Added last, so it is the outermost middleware: refused requests reach nothing else.
-    flask_app.app.add_middleware(RequestGuard, allowed_hosts=allowed_host_names(settings.host, settings.allowed_hosts),
-                                 max_body_bytes=settings.max_body_bytes)
+    guard_requests(flask_app.app, allowed_host_names(settings.host, settings.allowed_hosts), settings.max_body_bytes)
     return flask_app.app
 
 

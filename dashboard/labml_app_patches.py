@@ -1,14 +1,29 @@
-"""Everything the dashboard changes in labml-app's stock app, kept in one place.
+"""Every change the dashboard makes to labml-app, its store and its stock app: the one place to
+re-check when labml-app is upgraded (the training side's is experiments/run/labml/).
 
-labml-app builds its FastAPI app when `labml_app.flask_app` is imported, set up for a hosted
-server; `load_labml_app` imports it with our store and without its start-up git lookup, and
-the other functions adjust the app it built: its routes, its error middleware, its CORS, and
-(`present_runs`) what it shows of a run (see `run_display`).
+What is changed, and where (each with its reason beside it):
+- import-time set-up (`load_labml_app`): the `LABML_APP_SERVER_IP` / `LABML_APP_SERVER_PORT`
+  settings; `db.init_mongo_db` (the store: files via `use_file_store` and labml_db's
+  `set_db_drivers`, or the given MongoDB); the MongoDB driver's `_from_dump` (records read as data,
+  `read_mongo_records_as_data`); its logger's `setLevel` and `addFilter`; `git.Repo` while it imports;
+- what a run shows (`present_runs`): `utils.get_default_series_preference`,
+  `MetricsAnalysis.track`, `Run.get_data`, `Run.get_summary`; and `run.delete` (`give_back_on_delete`);
+- its routes: the stock API's checks and the unserved computer-monitoring routes
+  (`check_stock_routes`: each route's `app`, the router's `routes`); `index`, `send_js` and
+  `update_run` replaced by ours (`replace_stock_routes`); `handlers._update_run`,
+  `handlers.claim_run` and the write routes in the store's lane (`serialize_store_writes`); the
+  front-end bundle's chart margin (`chart_bundle_route`);
+- its middleware: the stock error middleware out of `user_middleware` and our JSON errors in
+  (`add_exception_handler`, `answer_errors_as_json`), CORS `allow_origins` (`trust_only_origin`),
+  our request guard outermost (`add_middleware`, `guard_requests`).
+Elsewhere labml-app is only read and its records written through its models (`handlers`,
+`stock_api`, `compare`), and `tests/test_architecture.py` fails on a change made anywhere else.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -21,10 +36,13 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Route
 
-from dashboard import run_display, safe_pickle, store
+from dashboard import run_display, safe_pickle, stock_api
+from dashboard.guard import RequestGuard
 from dashboard.hyperparams import HyperParamStore
 from dashboard.lane import StoreLane
+from dashboard.store import AtomicFileDbDriver, AtomicFileIndexDbDriver
 from dashboard.usage import RunUsage
+from dashboard.web import error_response
 
 
 def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None) -> ModuleType:
@@ -41,10 +59,10 @@ def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None
     # flask_app calls db.init_mongo_db() with no address (so localhost) as it is imported.
     stock_init_mongo_db = db.init_mongo_db
     if mongo_url is None:
-        db.init_mongo_db = lambda *a, **kw: store.use_file_store(file_store)
+        db.init_mongo_db = lambda *a, **kw: use_file_store(file_store)
     else:
         db.init_mongo_db = lambda *a, **kw: stock_init_mongo_db(mongo_url)
-        safe_pickle.use_in_mongo_driver()
+        read_mongo_records_as_data()
     from labml_app.logger import logger as labml_app_logger
 
     # It logs every request at INFO level.
@@ -53,6 +71,39 @@ def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None
     with no_git_lookup():
         from labml_app import flask_app
     return flask_app
+
+
+def use_file_store(data_dir: Path) -> None:
+    """Point every labml-app model and index at files under `data_dir` (`store`), with the two
+    projects labml-app's `init_mongo_db` creates: runs without a token land in the "float" one.
+
+    Models are pickled (as labml-app does for MongoDB: some hold values JSON cannot
+    represent) and read back as plain data only (`safe_pickle`); indexes are small JSON maps.
+    """
+    from labml_app import db, settings
+    from labml_app.db import project
+    from labml_db import Index, Model
+    from labml_db.serializer.json import JsonSerializer
+
+    models_dir, indexes_dir = data_dir / "models", data_dir / "indexes"
+    models_dir.mkdir(parents=True, exist_ok=True)
+    indexes_dir.mkdir(parents=True, exist_ok=True)
+    Model.set_db_drivers([AtomicFileDbDriver(safe_pickle.SafePickleSerializer(), m, models_dir) for m in db.models])
+    Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, indexes_dir / f"{i.__name__}.json")
+                          for i in db.indexes])
+    project.create_project(settings.FLOAT_PROJECT_TOKEN, "float project")
+    project.create_project(settings.SAMPLES_PROJECT_TOKEN, "samples project")
+
+
+def read_mongo_records_as_data() -> None:
+    """labml-app's MongoDB driver unpickles each record as it stands: read it through
+    `safe_pickle.read_record` instead, as the file store does."""
+    from labml_app import db
+
+    def from_dump(data: Any) -> Any:
+        return None if data is None else safe_pickle.read_record(data["data"], "in MongoDB")
+
+    db.MongoPickleDbDriver._from_dump = staticmethod(from_dump)
 
 
 def not_a_hosted_repo_message(record: logging.LogRecord) -> bool:
@@ -82,6 +133,20 @@ def no_git_lookup() -> Iterator[None]:
         git.Repo = original  # type: ignore[misc]
 
 
+def check_stock_routes(app: FastAPI) -> None:
+    """labml-app's handlers index request bodies without checking them: put each stock API route
+    behind the checks `stock_api` holds for it, and drop labml's computer monitoring, which training
+    runs do not use and whose ingestion reads free-form series names."""
+    kept: list[BaseRoute] = []
+    for route in app.router.routes:
+        if isinstance(route, APIRoute) and (method := stock_api.api_method(route)) is not None:
+            if stock_api.is_unserved(method, route.path):
+                continue
+            route.app = stock_api.checked(route.app, method, route.path)
+        kept.append(route)
+    app.router.routes[:] = kept
+
+
 def replace_stock_routes(flask_app: ModuleType, first: Sequence[BaseRoute], last: Sequence[BaseRoute]) -> None:
     """Put `first` before labml-app's routes and `last` after them, dropping the stock routes
     they replace: the index page, the static-file route (it served any file on the machine
@@ -95,13 +160,17 @@ def replace_stock_routes(flask_app: ModuleType, first: Sequence[BaseRoute], last
     app.router.routes[:] = [*first, *stock, *last]
 
 
-def drop_stock_error_middleware(flask_app: ModuleType) -> None:
-    """labml-app's own error middleware answers every failure with a 500 and a stack trace;
-    without it, `web.answer_errors_as_json` answers bad input with a 4xx and logs real failures
-    on the server only."""
+def answer_errors_as_json(flask_app: ModuleType) -> None:
+    """labml-app's own error middleware answers every failure with a 500 and a stack trace; ours
+    answers bad input with a 4xx (`web.BadRequest` is answered by our endpoints themselves) and any
+    other failure with a bare 500, its details in the server's log only."""
     app = flask_app.app
     app.user_middleware[:] = [m for m in app.user_middleware
                               if m.kwargs.get("dispatch") is not flask_app.error_handling_middleware]
+    app.add_exception_handler(json.JSONDecodeError, lambda request, exc: error_response(
+        400, f"malformed JSON body: {exc}"))
+    app.add_exception_handler(Exception, lambda request, exc: error_response(
+        500, f"internal error: {type(exc).__name__}"))
 
 
 def trust_only_origin(flask_app: ModuleType, origin: str) -> None:
@@ -110,6 +179,12 @@ def trust_only_origin(flask_app: ModuleType, origin: str) -> None:
     for middleware in flask_app.app.user_middleware:
         if middleware.cls is CORSMiddleware:
             middleware.kwargs["allow_origins"] = [origin]
+
+
+def guard_requests(app: FastAPI, allowed_hosts: frozenset[str], max_body_bytes: int) -> None:
+    """`guard.RequestGuard` around everything, so a refused request reaches nothing else: call it
+    last, as Starlette runs the middleware added last first."""
+    app.add_middleware(RequestGuard, allowed_hosts=allowed_hosts, max_body_bytes=max_body_bytes)
 
 
 def present_runs(hp_store: HyperParamStore) -> None:
@@ -165,7 +240,6 @@ def give_back_on_delete(usage: RunUsage, hp_store: HyperParamStore) -> None:
         hp_store.forget(run_uuid, write_soon=True)
 
     run_db.delete = delete
-
 
 
 def serialize_store_writes(app: FastAPI, lane: StoreLane, track_path: str) -> None:
