@@ -47,7 +47,6 @@ from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import (
     answer_errors_as_json,
     chart_bundle_route,
-    check_stock_routes,
     give_back_on_delete,
     guard_requests,
     load_labml_app,
@@ -89,15 +88,13 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     usage = RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes, settings.max_runs,
                      settings.max_store_bytes)
     lane = StoreLane()
-    handlers = DashboardHandlers(hp_store, usage,
-                                 static_root, vendor_folders(settings.assets), build_index(static_root, settings.assets),
-                                 settings.assets.rewrite_index((OWN_STATIC / "hyperparams.html").read_text("utf-8")), lane)
+    handlers = DashboardHandlers(hp_store, usage, static_root, vendor_folders(settings.assets),
+                                 build_index(static_root, settings.assets),
+                                 own_page(settings.assets, "hyperparams", "Live hyperparameters"), lane)
     present_runs(hp_store)
     give_back_on_delete(usage, hp_store)
-    check_stock_routes(flask_app.app)
-    compare_html = settings.assets.rewrite_index((OWN_STATIC / "compare.html").read_text("utf-8"))
     replace_stock_routes(flask_app, first=[*handlers.routes(), chart_bundle_route(static_root), *video_routes(settings.runs_dir),
-                                           *compare_routes(hp_store, compare_html)],
+                                           *compare_routes(hp_store, own_page(settings.assets, "compare", "Compare runs"))],
                          last=handlers.catch_all_routes())
     serialize_store_writes(flask_app.app, lane, TRACK_PATH)
     answer_errors_as_json(flask_app)
@@ -118,3 +115,10 @@ def build_index(static_root: Path, assets: VendorAssets) -> str:
              '    <script src="/_dashboard/compare-pick.js" defer></script>\n'
              '    <link href="/_dashboard/app.css" rel="stylesheet">\n')
     return html.replace("</head>", extra + "</head>", 1)
+
+
+def own_page(assets: VendorAssets, name: str, title: str) -> str:
+    """One of the dashboard's own pages: `static/<name>.html` in the frame they share (`page.html`:
+    labml-app's stylesheets, local copies of its libraries, the page's own style and script)."""
+    frame = (OWN_STATIC / "page.html").read_text("utf-8").replace("{title}", title).replace("{name}", name)
+    return assets.rewrite_index(frame.replace("{body}", (OWN_STATIC / f"{name}.html").read_text("utf-8")))

@@ -1,32 +1,30 @@
 """Every change the dashboard makes to labml-app, its store and its stock app: the one place to
 re-check when labml-app is upgraded (the training side's is experiments/run/labml/).
 
-What is changed, and where (each with its reason beside it):
-- import-time set-up (`load_labml_app`): the `LABML_APP_SERVER_IP` / `LABML_APP_SERVER_PORT`
-  settings; `db.init_mongo_db` (the store: files via `use_file_store` and labml_db's
-  `set_db_drivers`, or the given MongoDB); the MongoDB driver's `_from_dump` (records read as data,
-  `read_mongo_records_as_data`); its logger's `setLevel` and `addFilter`; `git.Repo` while it imports;
+What is changed (each function says why):
+- set-up, as it is imported (`load_labml_app`): the `LABML_APP_SERVER_IP` and
+  `LABML_APP_SERVER_PORT` settings; `db.init_mongo_db` (files by labml_db's `set_db_drivers` in
+  `use_file_store`, or the given MongoDB); the MongoDB driver's `_from_dump`
+  (`read_mongo_records_as_data`); its logger's `setLevel` and `addFilter`; `git.Repo` meanwhile;
 - what a run shows (`present_runs`): `utils.get_default_series_preference`,
   `MetricsAnalysis.track`, `Run.get_data`, `Run.get_summary`; and `run.delete` (`give_back_on_delete`);
-- its routes: the stock API's checks and the unserved computer-monitoring routes
-  (`check_stock_routes`: each route's `app`, the router's `routes`); `index`, `send_js` and
-  `update_run` replaced by ours (`replace_stock_routes`); `handlers._update_run`,
-  `handlers.claim_run` and the write routes in the store's lane (`serialize_store_writes`); the
-  front-end bundle's chart margin (`chart_bundle_route`);
-- its middleware: the stock error middleware out of `user_middleware` and our JSON errors in
-  (`add_exception_handler`, `answer_errors_as_json`), CORS `allow_origins` (`trust_only_origin`),
+- its routes (`replace_stock_routes`): the router's `routes` (`index`, `send_js` and `update_run`
+  replaced by ours, the computer monitoring dropped), each stock API route's `app` behind
+  `stock_api`'s checks; `handlers._update_run`, `handlers.claim_run` and the write routes in the
+  store's lane (`serialize_store_writes`); the front-end bundle's chart margin (`chart_bundle_route`);
+- its middleware: the stock error middleware out of `user_middleware`, our JSON errors in
+  (`add_exception_handler`, `answer_errors_as_json`); CORS `allow_origins` (`trust_only_origin`);
   our request guard outermost (`add_middleware`, `guard_requests`).
-Elsewhere labml-app is only read and its records written through its models (`handlers`,
-`stock_api`, `compare`), and `tests/test_architecture.py` fails on a change made anywhere else.
+Elsewhere labml-app is only read, and its records written through its models (`handlers`,
+`stock_api`, `compare`); `tests/test_architecture.py` fails on a change made anywhere else.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -68,8 +66,18 @@ def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None
     # It logs every request at INFO level.
     labml_app_logger.setLevel(logging.WARNING)
     labml_app_logger.addFilter(not_a_hosted_repo_message)
-    with no_git_lookup():
+    import git
+
+    def no_repo(*args: Any, **kwargs: Any) -> None:
+        raise git.InvalidGitRepositoryError("not looked up by the local dashboard")
+
+    # Its start-up reads the HEAD commit of whatever repository the working directory is in, only
+    # to log it on hosted deployments, and crashes in a repository without commits.
+    stock_repo, git.Repo = git.Repo, no_repo  # type: ignore[assignment,misc]
+    try:
         from labml_app import flask_app
+    finally:
+        git.Repo = stock_repo  # type: ignore[misc]
     return flask_app
 
 
@@ -113,49 +121,25 @@ def not_a_hosted_repo_message(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("unknown repo url")
 
 
-@contextlib.contextmanager
-def no_git_lookup() -> Iterator[None]:
-    """While labml-app is imported, make its start-up git lookup see "no repository".
-
-    It reads the HEAD commit of whatever repository the working directory is in, only
-    to log it on hosted deployments, and crashes in a repository without commits.
-    """
-    import git
-
-    def no_repo(*args: Any, **kwargs: Any) -> None:
-        raise git.InvalidGitRepositoryError("not looked up by the local dashboard")
-
-    original = git.Repo
-    git.Repo = no_repo  # type: ignore[assignment,misc]
-    try:
-        yield
-    finally:
-        git.Repo = original  # type: ignore[misc]
-
-
-def check_stock_routes(app: FastAPI) -> None:
-    """labml-app's handlers index request bodies without checking them: put each stock API route
-    behind the checks `stock_api` holds for it, and drop labml's computer monitoring, which training
-    runs do not use and whose ingestion reads free-form series names."""
-    kept: list[BaseRoute] = []
-    for route in app.router.routes:
-        if isinstance(route, APIRoute) and (method := stock_api.api_method(route)) is not None:
-            if stock_api.is_unserved(method, route.path):
-                continue
-            route.app = stock_api.checked(route.app, method, route.path)
-        kept.append(route)
-    app.router.routes[:] = kept
-
-
 def replace_stock_routes(flask_app: ModuleType, first: Sequence[BaseRoute], last: Sequence[BaseRoute]) -> None:
-    """Put `first` before labml-app's routes and `last` after them, dropping the stock routes
-    they replace: the index page, the static-file route (it served any file on the machine
-    through an encoded ``..``) and `/track`."""
+    """Put `first` before labml-app's routes and `last` after them. Of its routes, those ours
+    replace are dropped (the index page, the static-file route, which served any file on the
+    machine through an encoded ``..``, and `/track`), and so is labml's computer monitoring, which
+    training runs do not use and whose ingestion reads free-form series names; each other API route
+    is put behind the checks `stock_api` holds for it (its handlers index bodies without checking)."""
     from labml_app import handlers
 
     app = flask_app.app
     replaced = {flask_app.index, flask_app.send_js, handlers.update_run}
-    stock: list[BaseRoute] = [r for r in app.router.routes if getattr(r, "endpoint", None) not in replaced]
+    stock: list[BaseRoute] = []
+    for route in app.router.routes:
+        if getattr(route, "endpoint", None) in replaced:
+            continue
+        if isinstance(route, APIRoute) and (method := stock_api.api_method(route)) is not None:
+            if stock_api.is_unserved(method, route.path):
+                continue
+            route.app = stock_api.checked(route.app, method, route.path)
+        stock.append(route)
     # Order matters: a catch-all page route must come last.
     app.router.routes[:] = [*first, *stock, *last]
 
@@ -248,15 +232,12 @@ def serialize_store_writes(app: FastAPI, lane: StoreLane, track_path: str) -> No
     the front-end's writes (the stock API's POST, PUT and DELETE routes) on the event loop."""
     from labml_app import handlers
 
-    stock_update_run, stock_claim_run = handlers._update_run, handlers.claim_run
+    def in_lane(stock: Any) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await lane.in_thread(stock, *args, **kwargs)
+        return call
 
-    async def update_run(*args: Any, **kwargs: Any) -> Any:
-        return await lane.in_thread(stock_update_run, *args, **kwargs)
-
-    async def claim_run(*args: Any, **kwargs: Any) -> Any:
-        return await lane.in_thread(stock_claim_run, *args, **kwargs)
-
-    handlers._update_run, handlers.claim_run = update_run, claim_run
+    handlers._update_run, handlers.claim_run = in_lane(handlers._update_run), in_lane(handlers.claim_run)
     tracks = [r for r in app.router.routes if isinstance(r, Route) and r.path == track_path]
     if len(tracks) != 1:
         raise RuntimeError(f"expected one route {track_path}, found {len(tracks)}")

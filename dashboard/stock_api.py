@@ -11,7 +11,7 @@ later read of the run fail.  Each stock route gets:
 
 labml's computer monitoring (``labml monitor``: sessions, CPU/GPU/... analyses) is not served:
 training runs do not use it, and its ingestion reads free-form series names.  The checks are put
-before the stock routes, and those routes dropped, by `labml_app_patches.check_stock_routes`.
+before the stock routes, and those routes dropped, by `labml_app_patches.replace_stock_routes`.
 """
 
 from __future__ import annotations
