@@ -33,7 +33,6 @@ called once per process.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from dashboard.handlers import OWN_STATIC, DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import (
     answer_errors_as_json,
+    build_index,
     chart_bundle_route,
     give_back_on_delete,
     guard_requests,
@@ -101,20 +101,6 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")
     guard_requests(flask_app.app, allowed_host_names(settings.host, settings.allowed_hosts), settings.max_body_bytes)
     return flask_app.app
-
-
-def build_index(static_root: Path, assets: VendorAssets) -> str:
-    """labml-app's page with local library links, the asset errors, our run-page scripts and our
-    few style rules."""
-    html = assets.rewrite_index((static_root / "index.html").read_text("utf-8"))
-    errors = json.dumps(assets.errors).replace("</", "<\\/")
-    extra = (f"<script>window.DASHBOARD_ASSET_ERRORS = {errors};</script>\n"
-             '    <script src="/_dashboard/run-link.js" defer></script>\n'
-             '    <script src="/_dashboard/run-video.js" defer></script>\n'
-             '    <script src="/_dashboard/local-only.js" defer></script>\n'
-             '    <script src="/_dashboard/compare-pick.js" defer></script>\n'
-             '    <link href="/_dashboard/app.css" rel="stylesheet">\n')
-    return html.replace("</head>", extra + "</head>", 1)
 
 
 def own_page(assets: VendorAssets, name: str, title: str) -> str:

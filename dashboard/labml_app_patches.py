@@ -11,7 +11,11 @@ What is changed (each function says why):
 - its routes (`replace_stock_routes`): the router's `routes` (`index`, `send_js` and `update_run`
   replaced by ours, the computer monitoring dropped), each stock API route's `app` behind
   `stock_api`'s checks; `handlers._update_run`, `handlers.claim_run` and the write routes in the
-  store's lane (`serialize_store_writes`); the front-end bundle's chart margin (`chart_bundle_route`);
+  store's lane (`serialize_store_writes`);
+- its front-end: the page (`build_index`) with local library links and our scripts and styles
+  (static/run-link.js, run-video.js, local-only.js, compare-pick.js, app.css: each changes what
+  the page draws, and reads the markup labml-app's bundle makes), the bundle's chart margin
+  (`chart_bundle_route`);
 - its middleware: the stock error middleware out of `user_middleware`, our JSON errors in
   (`add_exception_handler`, `answer_errors_as_json`); CORS `allow_origins` (`trust_only_origin`);
   our request guard outermost (`add_middleware`, `guard_requests`).
@@ -35,6 +39,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Route
 
 from dashboard import run_display, safe_pickle, stock_api
+from dashboard.assets import VendorAssets
 from dashboard.guard import RequestGuard
 from dashboard.hyperparams import HyperParamStore
 from dashboard.lane import StoreLane
@@ -245,6 +250,20 @@ def serialize_store_writes(app: FastAPI, lane: StoreLane, track_path: str) -> No
     for route in app.router.routes:
         if isinstance(route, APIRoute) and route.path.startswith("/api/") and (route.methods or set()) & {"POST", "PUT", "DELETE"}:
             route.app = lane.one_writer(route.app)
+
+
+def build_index(static_root: Path, assets: VendorAssets) -> str:
+    """labml-app's page (served by our `index` route) with local library links, the asset errors,
+    and our scripts and style rules, which change what it draws (see each file's top)."""
+    html = assets.rewrite_index((static_root / "index.html").read_text("utf-8"))
+    errors = json.dumps(assets.errors).replace("</", "<\\/")
+    extra = (f"<script>window.DASHBOARD_ASSET_ERRORS = {errors};</script>\n"
+             '    <script src="/_dashboard/run-link.js" defer></script>\n'
+             '    <script src="/_dashboard/run-video.js" defer></script>\n'
+             '    <script src="/_dashboard/local-only.js" defer></script>\n'
+             '    <script src="/_dashboard/compare-pick.js" defer></script>\n'
+             '    <link href="/_dashboard/app.css" rel="stylesheet">\n')
+    return html.replace("</head>", extra + "</head>", 1)
 
 
 # labml-app's charts leave the lowest and highest 4% of a series out of the y axis when they lie
