@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from dashboard_support import REPO, Dashboard, child_env, finished_probe_run, free_port
 
-from dashboard.store import DataFolderError, DataFolderLock
 from experiments.run.process_table import descendants
 
 HOSTNAME = Path("/etc/hostname").read_text().strip() if Path("/etc/hostname").exists() else None
@@ -156,6 +155,8 @@ def plant_at_lock(data: Path, kind: str, victim: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["symlink", "hard link", "fifo"])
 def test_the_lock_is_never_written_through_what_is_planted_in_its_place(tmp_path: Path, kind: str) -> None:
+    from dashboard.store import DataFolderError, DataFolderLock
+
     victim = tmp_path / "victim"
     victim.write_text(LOCK_CONTENT)
     plant_at_lock(tmp_path / "data", kind, victim)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from dashboard_support import Dashboard
-from test_security import new_uuid, run_uuids, send_json, track_path
+from http_support import new_uuid, run_uuids, send_json, track_path
 
 from dashboard import labml_app_patches, safe_pickle
 
