@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi.routing import APIRoute
+from starlette.datastructures import QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dashboard import schema
@@ -122,7 +123,7 @@ def _checks(method: str, path: str) -> list[Callable[[Scope], None]]:
     query = RUN_QUERY.get((method, path))
     if query is not None:
         def check_query(scope: Scope) -> None:
-            value = dict(_query(scope)).get(query)
+            value = QueryParams(scope.get("query_string", b"")).get(query)
             if value is None:
                 raise BadRequest(400, f"query parameter {query} is missing")
             known_run(value, f"run in query parameter {query}")
@@ -134,12 +135,6 @@ def _checks(method: str, path: str) -> list[Callable[[Scope], None]]:
     if fits is not None:
         checks.append(lambda scope: fits(_body(scope), scope["path_params"]["run_uuid"]))
     return checks
-
-
-def _query(scope: Scope) -> list[tuple[str, str]]:
-    from urllib.parse import parse_qsl
-
-    return parse_qsl(scope.get("query_string", b"").decode("latin-1"))
 
 
 def _body(scope: Scope) -> Any:
