@@ -22,9 +22,9 @@ On top of the stock app this:
 - compares runs: their curves of one metric overlaid, chosen from the runs list (see `compare`).
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
-(loading labml-app and adjusting its routes, middleware and CORS), `guard` (Host, Origin,
-bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
-`stock_api` (labml-app's own endpoints), `usage` (the per-run cap), `videos` (run videos),
+(every change made to labml-app: its set-up, store, routes, middleware and CORS), `guard` (Host,
+Origin, bodies), `strict_json` and `schema` (parsing and shapes), `checks` (labml packets, paths),
+`stock_api` (the checks of labml-app's own endpoints), `usage` (the per-run cap), `videos` (run videos),
 `files` (every file served: opened once, without following links), `compare` (runs side by
 side), `web` (errors as JSON).
 labml-app builds its app object when `labml_app.flask_app` is imported, so `create_app` can be
@@ -33,7 +33,6 @@ called once per process.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,13 +40,15 @@ from fastapi import FastAPI
 
 from dashboard.assets import VendorAssets, vendor_folders
 from dashboard.compare import compare_routes
-from dashboard.guard import RequestGuard, allowed_host_names
+from dashboard.guard import allowed_host_names
 from dashboard.handlers import OWN_STATIC, DashboardHandlers
 from dashboard.hyperparams import HyperParamStore
 from dashboard.labml_app_patches import (
+    answer_errors_as_json,
+    build_index,
     chart_bundle_route,
-    drop_stock_error_middleware,
     give_back_on_delete,
+    guard_requests,
     load_labml_app,
     present_runs,
     replace_stock_routes,
@@ -55,10 +56,8 @@ from dashboard.labml_app_patches import (
     trust_only_origin,
 )
 from dashboard.lane import StoreLane
-from dashboard.stock_api import check_stock_routes
 from dashboard.usage import MAX_RUN_BYTES, MAX_RUNS, MAX_STORE_BYTES, RunUsage
 from dashboard.videos import video_routes
-from dashboard.web import answer_errors_as_json
 
 # labml's packets weigh a few KB (the largest measured, a Breakout run's configs, 12.9 KB); labml
 # merges at most 1024 points per series into one packet after an outage.  Parsing this much
@@ -89,35 +88,23 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     usage = RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes, settings.max_runs,
                      settings.max_store_bytes)
     lane = StoreLane()
-    handlers = DashboardHandlers(hp_store, usage,
-                                 static_root, vendor_folders(settings.assets), build_index(static_root, settings.assets),
-                                 settings.assets.rewrite_index((OWN_STATIC / "hyperparams.html").read_text("utf-8")), lane)
+    handlers = DashboardHandlers(hp_store, usage, static_root, vendor_folders(settings.assets),
+                                 build_index(static_root, settings.assets),
+                                 own_page(settings.assets, "hyperparams", "Live hyperparameters"), lane)
     present_runs(hp_store)
     give_back_on_delete(usage, hp_store)
-    check_stock_routes(flask_app.app)
-    compare_html = settings.assets.rewrite_index((OWN_STATIC / "compare.html").read_text("utf-8"))
     replace_stock_routes(flask_app, first=[*handlers.routes(), chart_bundle_route(static_root), *video_routes(settings.runs_dir),
-                                           *compare_routes(hp_store, compare_html)],
+                                           *compare_routes(hp_store, own_page(settings.assets, "compare", "Compare runs"))],
                          last=handlers.catch_all_routes())
     serialize_store_writes(flask_app.app, lane, TRACK_PATH)
-    drop_stock_error_middleware(flask_app)
+    answer_errors_as_json(flask_app)
     trust_only_origin(flask_app, f"http://{settings.host}:{settings.port}")
-    answer_errors_as_json(flask_app.app)
-    # Added last, so it is the outermost middleware: refused requests reach nothing else.
-    flask_app.app.add_middleware(RequestGuard, allowed_hosts=allowed_host_names(settings.host, settings.allowed_hosts),
-                                 max_body_bytes=settings.max_body_bytes)
+    guard_requests(flask_app.app, allowed_host_names(settings.host, settings.allowed_hosts), settings.max_body_bytes)
     return flask_app.app
 
 
-def build_index(static_root: Path, assets: VendorAssets) -> str:
-    """labml-app's page with local library links, the asset errors, our run-page scripts and our
-    few style rules."""
-    html = assets.rewrite_index((static_root / "index.html").read_text("utf-8"))
-    errors = json.dumps(assets.errors).replace("</", "<\\/")
-    extra = (f"<script>window.DASHBOARD_ASSET_ERRORS = {errors};</script>\n"
-             '    <script src="/_dashboard/run-link.js" defer></script>\n'
-             '    <script src="/_dashboard/run-video.js" defer></script>\n'
-             '    <script src="/_dashboard/local-only.js" defer></script>\n'
-             '    <script src="/_dashboard/compare-pick.js" defer></script>\n'
-             '    <link href="/_dashboard/app.css" rel="stylesheet">\n')
-    return html.replace("</head>", extra + "</head>", 1)
+def own_page(assets: VendorAssets, name: str, title: str) -> str:
+    """One of the dashboard's own pages: `static/<name>.html` in the frame they share (`page.html`:
+    labml-app's stylesheets, local copies of its libraries, the page's own style and script)."""
+    frame = (OWN_STATIC / "page.html").read_text("utf-8").replace("{title}", title).replace("{name}", name)
+    return assets.rewrite_index(frame.replace("{body}", (OWN_STATIC / f"{name}.html").read_text("utf-8")))

@@ -68,6 +68,18 @@ def check_run_uuid(run_uuid: str) -> None:
         raise BadRequest(400, f'invalid run UUID {run_uuid[:80]!r}: expected 1-64 letters, digits, "_" or "-"')
 
 
+def known_run(run_uuid: str, what: str = "run") -> Any:
+    """labml-app's record of the run: a 400 for a malformed uuid, a 404 for one it does not know
+    (some of its handlers would create records for any uuid they are asked about)."""
+    from labml_app.db import run as run_db
+
+    check_run_uuid(run_uuid)
+    r = run_db.get(run_uuid)
+    if r is None:
+        raise BadRequest(404, f"unknown {what} {run_uuid}")
+    return r
+
+
 def query_int(request: Request, name: str) -> int:
     raw = request.query_params.get(name, "0")
     try:

@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from dashboard.assets import VENDOR_ROUTE
-from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, track_query
+from dashboard.checks import check_packets, check_run_uuid, escapes, json_body, known_run, track_query
 from dashboard.files import OpenedFileResponse, open_in_folder
 from dashboard.guard import large_body_turn
 from dashboard.hyperparams import (
@@ -178,7 +178,7 @@ class DashboardHandlers:
             res["dynamic"] = await anyio.to_thread.run_sync(self.hp_store.take_pending, run_uuid)
 
     async def get_hyperparams(self, request: Request, run_uuid: str) -> dict[str, Any]:
-        r = self._get_run(run_uuid)
+        r = known_run(run_uuid)
         state = self.hp_store.get(run_uuid)
         params = {key: param_state(spec, state) for key, spec in sorted(dynamic_specs(r.configs).items())}
         status = run_status(r)
@@ -189,7 +189,7 @@ class DashboardHandlers:
         # Requiring a JSON content type makes cross-site forms preflight (and fail CORS).
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             raise BadRequest(415, "expected Content-Type: application/json")
-        r = self._get_run(run_uuid)
+        r = known_run(run_uuid)
         try:
             accepted = validate_changes(dynamic_specs(r.configs), json_body(request))
         except HyperParamError as e:
@@ -235,15 +235,6 @@ class DashboardHandlers:
         if opened is None:
             return HTMLResponse(self.index_html)
         return OpenedFileResponse(opened, name=file_path)
-
-    def _get_run(self, run_uuid: str) -> Any:
-        from labml_app.db import run as run_db
-
-        check_run_uuid(run_uuid)
-        r = run_db.get(run_uuid)
-        if r is None:
-            raise BadRequest(404, f"unknown run {run_uuid}")
-        return r
 
 
 async def reopen_run(run_uuid: str) -> None:

@@ -293,10 +293,7 @@ class HyperParamStore:
             if self._runs.pop(run_uuid, None) is None:
                 return
             change = self._file.stage(run_uuid, None)
-        if write_soon:
-            self._file.write_soon(change)
-        else:
-            self._file.write(change)
+        self._file.write(change, soon=write_soon)
 
     def get(self, run_uuid: str) -> dict[str, dict[str, Number]]:
         with self._lock:

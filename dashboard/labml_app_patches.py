@@ -1,17 +1,34 @@
-"""Everything the dashboard changes in labml-app's stock app, kept in one place.
+"""Every change the dashboard makes to labml-app, its store and its stock app: the one place to
+re-check when labml-app is upgraded (the training side's is experiments/run/labml/).
 
-labml-app builds its FastAPI app when `labml_app.flask_app` is imported, set up for a hosted
-server; `load_labml_app` imports it with our store and without its start-up git lookup, and
-the other functions adjust the app it built: its routes, its error middleware, its CORS, and
-(`present_runs`) what it shows of a run (see `run_display`).
+What is changed (each function says why):
+- set-up, as it is imported (`load_labml_app`): the `LABML_APP_SERVER_IP` and
+  `LABML_APP_SERVER_PORT` settings; `db.init_mongo_db` (files by labml_db's `set_db_drivers` in
+  `use_file_store`, or the given MongoDB); the MongoDB driver's `_from_dump`
+  (`read_mongo_records_as_data`); its logger's `setLevel` and `addFilter`; `git.Repo` meanwhile;
+- what a run shows (`present_runs`): `utils.get_default_series_preference`,
+  `MetricsAnalysis.track`, `Run.get_data`, `Run.get_summary`; and `run.delete` (`give_back_on_delete`);
+- its routes (`replace_stock_routes`): the router's `routes` (`index`, `send_js` and `update_run`
+  replaced by ours, the computer monitoring dropped), each stock API route's `app` behind
+  `stock_api`'s checks; `handlers._update_run`, `handlers.claim_run` and the write routes in the
+  store's lane (`serialize_store_writes`);
+- its front-end: the page (`build_index`) with local library links and our scripts and styles
+  (static/run-link.js, run-video.js, local-only.js, compare-pick.js, app.css: each changes what
+  the page draws, and reads the markup labml-app's bundle makes), the bundle's chart margin
+  (`chart_bundle_route`);
+- its middleware: the stock error middleware out of `user_middleware`, our JSON errors in
+  (`add_exception_handler`, `answer_errors_as_json`); CORS `allow_origins` (`trust_only_origin`);
+  our request guard outermost (`add_middleware`, `guard_requests`).
+Elsewhere labml-app is only read, and its records written through its models (`handlers`,
+`stock_api`, `compare`); `tests/test_architecture.py` fails on a change made anywhere else.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,10 +38,14 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Route
 
-from dashboard import run_display, safe_pickle, store
+from dashboard import run_display, safe_pickle, stock_api
+from dashboard.assets import VendorAssets
+from dashboard.guard import RequestGuard
 from dashboard.hyperparams import HyperParamStore
 from dashboard.lane import StoreLane
+from dashboard.store import AtomicFileDbDriver, AtomicFileIndexDbDriver
 from dashboard.usage import RunUsage
+from dashboard.web import error_response
 
 
 def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None) -> ModuleType:
@@ -41,18 +62,61 @@ def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None
     # flask_app calls db.init_mongo_db() with no address (so localhost) as it is imported.
     stock_init_mongo_db = db.init_mongo_db
     if mongo_url is None:
-        db.init_mongo_db = lambda *a, **kw: store.use_file_store(file_store)
+        db.init_mongo_db = lambda *a, **kw: use_file_store(file_store)
     else:
         db.init_mongo_db = lambda *a, **kw: stock_init_mongo_db(mongo_url)
-        safe_pickle.use_in_mongo_driver()
+        read_mongo_records_as_data()
     from labml_app.logger import logger as labml_app_logger
 
     # It logs every request at INFO level.
     labml_app_logger.setLevel(logging.WARNING)
     labml_app_logger.addFilter(not_a_hosted_repo_message)
-    with no_git_lookup():
+    import git
+
+    def no_repo(*args: Any, **kwargs: Any) -> None:
+        raise git.InvalidGitRepositoryError("not looked up by the local dashboard")
+
+    # Its start-up reads the HEAD commit of whatever repository the working directory is in, only
+    # to log it on hosted deployments, and crashes in a repository without commits.
+    stock_repo, git.Repo = git.Repo, no_repo  # type: ignore[assignment,misc]
+    try:
         from labml_app import flask_app
+    finally:
+        git.Repo = stock_repo  # type: ignore[misc]
     return flask_app
+
+
+def use_file_store(data_dir: Path) -> None:
+    """Point every labml-app model and index at files under `data_dir` (`store`), with the two
+    projects labml-app's `init_mongo_db` creates: runs without a token land in the "float" one.
+
+    Models are pickled (as labml-app does for MongoDB: some hold values JSON cannot
+    represent) and read back as plain data only (`safe_pickle`); indexes are small JSON maps.
+    """
+    from labml_app import db, settings
+    from labml_app.db import project
+    from labml_db import Index, Model
+    from labml_db.serializer.json import JsonSerializer
+
+    models_dir, indexes_dir = data_dir / "models", data_dir / "indexes"
+    models_dir.mkdir(parents=True, exist_ok=True)
+    indexes_dir.mkdir(parents=True, exist_ok=True)
+    Model.set_db_drivers([AtomicFileDbDriver(safe_pickle.SafePickleSerializer(), m, models_dir) for m in db.models])
+    Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, indexes_dir / f"{i.__name__}.json")
+                          for i in db.indexes])
+    project.create_project(settings.FLOAT_PROJECT_TOKEN, "float project")
+    project.create_project(settings.SAMPLES_PROJECT_TOKEN, "samples project")
+
+
+def read_mongo_records_as_data() -> None:
+    """labml-app's MongoDB driver unpickles each record as it stands: read it through
+    `safe_pickle.read_record` instead, as the file store does."""
+    from labml_app import db
+
+    def from_dump(data: Any) -> Any:
+        return None if data is None else safe_pickle.read_record(data["data"], "in MongoDB")
+
+    db.MongoPickleDbDriver._from_dump = staticmethod(from_dump)
 
 
 def not_a_hosted_repo_message(record: logging.LogRecord) -> bool:
@@ -62,46 +126,40 @@ def not_a_hosted_repo_message(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("unknown repo url")
 
 
-@contextlib.contextmanager
-def no_git_lookup() -> Iterator[None]:
-    """While labml-app is imported, make its start-up git lookup see "no repository".
-
-    It reads the HEAD commit of whatever repository the working directory is in, only
-    to log it on hosted deployments, and crashes in a repository without commits.
-    """
-    import git
-
-    def no_repo(*args: Any, **kwargs: Any) -> None:
-        raise git.InvalidGitRepositoryError("not looked up by the local dashboard")
-
-    original = git.Repo
-    git.Repo = no_repo  # type: ignore[assignment,misc]
-    try:
-        yield
-    finally:
-        git.Repo = original  # type: ignore[misc]
-
-
 def replace_stock_routes(flask_app: ModuleType, first: Sequence[BaseRoute], last: Sequence[BaseRoute]) -> None:
-    """Put `first` before labml-app's routes and `last` after them, dropping the stock routes
-    they replace: the index page, the static-file route (it served any file on the machine
-    through an encoded ``..``) and `/track`."""
+    """Put `first` before labml-app's routes and `last` after them. Of its routes, those ours
+    replace are dropped (the index page, the static-file route, which served any file on the
+    machine through an encoded ``..``, and `/track`), and so is labml's computer monitoring, which
+    training runs do not use and whose ingestion reads free-form series names; each other API route
+    is put behind the checks `stock_api` holds for it (its handlers index bodies without checking)."""
     from labml_app import handlers
 
     app = flask_app.app
     replaced = {flask_app.index, flask_app.send_js, handlers.update_run}
-    stock: list[BaseRoute] = [r for r in app.router.routes if getattr(r, "endpoint", None) not in replaced]
+    stock: list[BaseRoute] = []
+    for route in app.router.routes:
+        if getattr(route, "endpoint", None) in replaced:
+            continue
+        if isinstance(route, APIRoute) and (method := stock_api.api_method(route)) is not None:
+            if stock_api.is_unserved(method, route.path):
+                continue
+            route.app = stock_api.checked(route.app, method, route.path)
+        stock.append(route)
     # Order matters: a catch-all page route must come last.
     app.router.routes[:] = [*first, *stock, *last]
 
 
-def drop_stock_error_middleware(flask_app: ModuleType) -> None:
-    """labml-app's own error middleware answers every failure with a 500 and a stack trace;
-    without it, `web.answer_errors_as_json` answers bad input with a 4xx and logs real failures
-    on the server only."""
+def answer_errors_as_json(flask_app: ModuleType) -> None:
+    """labml-app's own error middleware answers every failure with a 500 and a stack trace; ours
+    answers bad input with a 4xx (`web.BadRequest` is answered by our endpoints themselves) and any
+    other failure with a bare 500, its details in the server's log only."""
     app = flask_app.app
     app.user_middleware[:] = [m for m in app.user_middleware
                               if m.kwargs.get("dispatch") is not flask_app.error_handling_middleware]
+    app.add_exception_handler(json.JSONDecodeError, lambda request, exc: error_response(
+        400, f"malformed JSON body: {exc}"))
+    app.add_exception_handler(Exception, lambda request, exc: error_response(
+        500, f"internal error: {type(exc).__name__}"))
 
 
 def trust_only_origin(flask_app: ModuleType, origin: str) -> None:
@@ -110,6 +168,12 @@ def trust_only_origin(flask_app: ModuleType, origin: str) -> None:
     for middleware in flask_app.app.user_middleware:
         if middleware.cls is CORSMiddleware:
             middleware.kwargs["allow_origins"] = [origin]
+
+
+def guard_requests(app: FastAPI, allowed_hosts: frozenset[str], max_body_bytes: int) -> None:
+    """`guard.RequestGuard` around everything, so a refused request reaches nothing else: call it
+    last, as Starlette runs the middleware added last first."""
+    app.add_middleware(RequestGuard, allowed_hosts=allowed_hosts, max_body_bytes=max_body_bytes)
 
 
 def present_runs(hp_store: HyperParamStore) -> None:
@@ -167,22 +231,18 @@ def give_back_on_delete(usage: RunUsage, hp_store: HyperParamStore) -> None:
     run_db.delete = delete
 
 
-
 def serialize_store_writes(app: FastAPI, lane: StoreLane, track_path: str) -> None:
     """Put labml-app's writes in `lane`'s turns: labml's updates (`track_path`, which the
     dashboard's handler passes to labml-app's `_update_run` and `claim_run`) in its worker thread,
     the front-end's writes (the stock API's POST, PUT and DELETE routes) on the event loop."""
     from labml_app import handlers
 
-    stock_update_run, stock_claim_run = handlers._update_run, handlers.claim_run
+    def in_lane(stock: Any) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await lane.in_thread(stock, *args, **kwargs)
+        return call
 
-    async def update_run(*args: Any, **kwargs: Any) -> Any:
-        return await lane.in_thread(stock_update_run, *args, **kwargs)
-
-    async def claim_run(*args: Any, **kwargs: Any) -> Any:
-        return await lane.in_thread(stock_claim_run, *args, **kwargs)
-
-    handlers._update_run, handlers.claim_run = update_run, claim_run
+    handlers._update_run, handlers.claim_run = in_lane(handlers._update_run), in_lane(handlers.claim_run)
     tracks = [r for r in app.router.routes if isinstance(r, Route) and r.path == track_path]
     if len(tracks) != 1:
         raise RuntimeError(f"expected one route {track_path}, found {len(tracks)}")
@@ -190,6 +250,20 @@ def serialize_store_writes(app: FastAPI, lane: StoreLane, track_path: str) -> No
     for route in app.router.routes:
         if isinstance(route, APIRoute) and route.path.startswith("/api/") and (route.methods or set()) & {"POST", "PUT", "DELETE"}:
             route.app = lane.one_writer(route.app)
+
+
+def build_index(static_root: Path, assets: VendorAssets) -> str:
+    """labml-app's page (served by our `index` route) with local library links, the asset errors,
+    and our scripts and style rules, which change what it draws (see each file's top)."""
+    html = assets.rewrite_index((static_root / "index.html").read_text("utf-8"))
+    errors = json.dumps(assets.errors).replace("</", "<\\/")
+    extra = (f"<script>window.DASHBOARD_ASSET_ERRORS = {errors};</script>\n"
+             '    <script src="/_dashboard/run-link.js" defer></script>\n'
+             '    <script src="/_dashboard/run-video.js" defer></script>\n'
+             '    <script src="/_dashboard/local-only.js" defer></script>\n'
+             '    <script src="/_dashboard/compare-pick.js" defer></script>\n'
+             '    <link href="/_dashboard/app.css" rel="stylesheet">\n')
+    return html.replace("</head>", extra + "</head>", 1)
 
 
 # labml-app's charts leave the lowest and highest 4% of a series out of the y axis when they lie

@@ -11,7 +11,7 @@ lists, sets, strings, numbers, None), `labml_db` keys, and numpy arrays and scal
 - the result is then walked, and anything else in it (a key with other attributes, an array of
   objects) refuses the whole record.
 A refused or unreadable record is `UnsafeRecord`; the store treats it as missing, with a warning
-(`read_record`), in files (see `store`) as in MongoDB (`use_in_mongo_driver`).
+(`read_record`), in files (see `store`) as in MongoDB (`labml_app_patches.read_mongo_records_as_data`).
 """
 
 from __future__ import annotations
@@ -157,12 +157,3 @@ class SafePickleSerializer(PickleSerializer):
     def from_string(self, data: bytes | None) -> Any:
         return None if data is None else loads(data)
 
-
-def use_in_mongo_driver() -> None:
-    """Make labml-app's MongoDB driver read its records through `read_record`."""
-    from labml_app import db
-
-    def from_dump(data: Any) -> Any:
-        return None if data is None else read_record(data["data"], "in MongoDB")
-
-    db.MongoPickleDbDriver._from_dump = staticmethod(from_dump)

@@ -96,13 +96,13 @@ def serve(*, host: str, port: int, data_dir: Path, mongo_url: str | None, assets
           allowed_hosts: tuple[str, ...] = (), runs_dir: Path | None = None, limits: Limits = Limits()) -> int:
     """Run the dashboard until Ctrl-C or SIGTERM; returns the process exit code."""
     from dashboard.app import DashboardSettings, create_app
-    from dashboard.store import DataFolderInUseError
+    from dashboard.store import DataFolderError
 
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataFolderLock(data_dir)
     try:
         lock.acquire()
-    except DataFolderInUseError as e:
+    except DataFolderError as e:
         print(error_line(f"--data {e}"), file=sys.stderr)
         return 1
     try:

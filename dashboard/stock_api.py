@@ -10,7 +10,8 @@ later read of the run fail.  Each stock route gets:
   fail on a mismatch with what is stored, against that (`STORED_FITS`).
 
 labml's computer monitoring (``labml monitor``: sessions, CPU/GPU/... analyses) is not served:
-training runs do not use it, and its ingestion reads free-form series names.
+training runs do not use it, and its ingestion reads free-form series names.  The checks are put
+before the stock routes, and those routes dropped, by `labml_app_patches.replace_stock_routes`.
 """
 
 from __future__ import annotations
@@ -18,23 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from starlette.datastructures import QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dashboard import schema
-from dashboard.checks import check_run_uuid
+from dashboard.checks import known_run
 from dashboard.guard import parsed_json
 from dashboard.web import BadRequest, error_response
-
-
-def require_run(run_uuid: str, what: str = "run") -> None:
-    from labml_app.db import run as run_db
-
-    check_run_uuid(run_uuid)
-    if run_db.get(run_uuid) is None:
-        raise BadRequest(404, f"unknown {what} {run_uuid}")
-
 
 RUN_UUIDS = schema.obj({"run_uuids": schema.list_of(schema.string)}, required=("run_uuids",))
 STEP_RANGE = schema.list_of(schema.optional(schema.number), min_items=2, max_items=2, what="[start, end]")
@@ -80,7 +72,7 @@ def comparison_preferences_fit(value: dict[str, Any], run_uuid: str) -> None:
     _names_needed(value, stored)
     if value.get("base_experiment"):
         # labml-app reads the base run's series (creating records for any UUID) and its preferences.
-        require_run(value["base_experiment"], "run in field base_experiment")
+        known_run(value["base_experiment"], "run in field base_experiment")
         schema.obj({}, required=("base_series_preferences",))(value, "")
         _names_needed(value, stored, "base_")
 
@@ -127,14 +119,14 @@ UNSERVED_KEPT = {("GET", "/api/v1/sessions/{labml_token}")}  # the front-end's C
 def _checks(method: str, path: str) -> list[Callable[[Scope], None]]:
     checks: list[Callable[[Scope], None]] = []
     if "{run_uuid}" in path:
-        checks.append(lambda scope: require_run(scope["path_params"]["run_uuid"]))
+        checks.append(lambda scope: known_run(scope["path_params"]["run_uuid"]))
     query = RUN_QUERY.get((method, path))
     if query is not None:
         def check_query(scope: Scope) -> None:
-            value = dict(_query(scope)).get(query)
+            value = QueryParams(scope.get("query_string", b"")).get(query)
             if value is None:
                 raise BadRequest(400, f"query parameter {query} is missing")
-            require_run(value, f"run in query parameter {query}")
+            known_run(value, f"run in query parameter {query}")
         checks.append(check_query)
     body = BODIES.get((method, path))
     if body is not None:
@@ -145,12 +137,6 @@ def _checks(method: str, path: str) -> list[Callable[[Scope], None]]:
     return checks
 
 
-def _query(scope: Scope) -> list[tuple[str, str]]:
-    from urllib.parse import parse_qsl
-
-    return parse_qsl(scope.get("query_string", b"").decode("latin-1"))
-
-
 def _body(scope: Scope) -> Any:
     try:
         return parsed_json(scope)
@@ -158,7 +144,22 @@ def _body(scope: Scope) -> Any:
         raise BadRequest(400, "expected a JSON body (Content-Type: application/json)") from None
 
 
-def checked(app: ASGIApp, checks: list[Callable[[Scope], None]]) -> ASGIApp:
+def api_method(route: APIRoute) -> str | None:
+    """The one method of a stock API route (labml-app registers one per route); None for others."""
+    methods = route.methods or set()
+    return next(iter(methods)) if route.path.startswith("/api/") and len(methods) == 1 else None
+
+
+def is_unserved(method: str, path: str) -> bool:
+    return (method, path) not in UNSERVED_KEPT and any(marker in path for marker in UNSERVED_MARKERS)
+
+
+def checked(app: ASGIApp, method: str, path: str) -> ASGIApp:
+    """`app` (the stock route's) behind the checks its method and path need (`app` itself if none)."""
+    checks = _checks(method, path)
+    if not checks:
+        return app
+
     async def checked_app(scope: Scope, receive: Receive, send: Send) -> None:
         try:
             for check in checks:
@@ -169,28 +170,3 @@ def checked(app: ASGIApp, checks: list[Callable[[Scope], None]]) -> ASGIApp:
         await app(scope, receive, send)
 
     return checked_app
-
-
-def is_unserved(method: str, path: str) -> bool:
-    return (method, path) not in UNSERVED_KEPT and any(marker in path for marker in UNSERVED_MARKERS)
-
-
-def check_stock_routes(app: FastAPI) -> None:
-    """Drop the computer-monitoring routes and put each remaining stock route's checks before it."""
-    kept = []
-    for route in app.router.routes:
-        if not isinstance(route, APIRoute) or not route.path.startswith("/api/"):
-            kept.append(route)
-            continue
-        methods = sorted(route.methods or ())
-        if len(methods) != 1:  # labml-app registers one method per route
-            kept.append(route)
-            continue
-        method = methods[0]
-        if is_unserved(method, route.path):
-            continue
-        checks = _checks(method, route.path)
-        if checks:
-            route.app = checked(route.app, checks)
-        kept.append(route)
-    app.router.routes[:] = kept

@@ -1,12 +1,11 @@
 """The dashboard's storage: labml-app's models in a folder, written atomically, and the folder's lock.
 
 labml-app talks to its database only through `labml_db`'s `Model` / `Index` driver
-registries, so swapping in file drivers before the app is created gives a dashboard
-that needs no database server.  `labml_db`'s file drivers rewrite files in place,
-which leaves a truncated file behind if the process dies mid-write; the subclasses
-here write to a temporary file and `os.replace` it, so each file is always either the
-old or the new version.  (With `--mongo`, labml-app keeps its own MongoDB set-up: see
-`labml_app_patches.load_labml_app`.)
+registries, so file drivers set there before the app is created give a dashboard that
+needs no database server (`labml_app_patches.use_file_store` sets them).  `labml_db`'s
+file drivers rewrite files in place, which leaves a truncated file behind if the process
+dies mid-write; the subclasses here write to a temporary file and `os.replace` it, so
+each file is always either the old or the new version.
 """
 
 from __future__ import annotations
@@ -16,19 +15,18 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from labml_db import Index, Model
 from labml_db.driver.file import FileDbDriver
 from labml_db.index_driver.file import FileIndexDbDriver
-from labml_db.serializer.json import JsonSerializer
 from labml_db.types import ModelDict
 
-from dashboard.safe_pickle import SafePickleSerializer, read_record
+from dashboard.safe_pickle import read_record
 
 LOCK_FILE_NAME = "dashboard.lock"
 
@@ -111,13 +109,12 @@ class RecordFile:
             self._staged += 1
             return self._staged
 
-    def write_soon(self, change: int) -> None:
-        """`write` in a thread of its own, for a caller on the event loop.  Not a daemon thread:
-        the process waits for it before it exits."""
-        threading.Thread(target=self.write, args=(change,), name=f"write {self.path.name}").start()
-
-    def write(self, change: int) -> None:
-        """Make the file hold change number `change` (or a later one)."""
+    def write(self, change: int, *, soon: bool = False) -> None:
+        """Make the file hold change number `change` (or a later one); `soon`: in a thread of its
+        own, for a caller on the event loop (not a daemon thread: the process waits for it)."""
+        if soon:
+            threading.Thread(target=self.write, args=(change,), name=f"write {self.path.name}").start()
+            return
         with self._write_lock:
             if self._written >= change:
                 return
@@ -171,7 +168,11 @@ class AtomicFileIndexDbDriver(FileIndexDbDriver):
         atomic_write(self._index_path, self._serializer.to_string(self._cache).encode("utf-8"))
 
 
-class DataFolderInUseError(RuntimeError):
+class DataFolderError(RuntimeError):
+    """The data folder cannot be locked for this process; the message says why."""
+
+
+class DataFolderInUseError(DataFolderError):
     """Another dashboard process holds the data folder's lock."""
 
 
@@ -180,6 +181,8 @@ class DataFolderLock:
 
     The kernel drops the lock when the process dies, so a crash never leaves the
     folder locked; the pid written into the file only serves the error message.
+    The file is opened without following a link and must have no other name, so
+    the pid is never written through a link or hard link planted in its place.
     """
 
     def __init__(self, data_dir: Path) -> None:
@@ -187,7 +190,19 @@ class DataFolderLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise DataFolderError(f"{self.path.parent}: its {LOCK_FILE_NAME} is a symbolic link, which the "
+                                  f"lock would write through; remove it") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(fd)
+            raise DataFolderError(f"{self.path.parent}: its {LOCK_FILE_NAME} is not a file of its own (a device, "
+                                  f"FIFO or socket, or a file with {info.st_nlink} hard links), which the lock "
+                                  f"would write through; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -214,32 +229,4 @@ class DataFolderLock:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.release()
-
-
-def _create_default_projects() -> None:
-    # The same two projects labml_app.db.init_mongo_db creates; runs without a token land
-    # in the "float" project.
-    from labml_app import settings
-    from labml_app.db import project
-
-    project.create_project(settings.FLOAT_PROJECT_TOKEN, "float project")
-    project.create_project(settings.SAMPLES_PROJECT_TOKEN, "samples project")
-
-
-def use_file_store(data_dir: Path) -> None:
-    """Point every labml-app model and index at files under `data_dir`.
-
-    Models are pickled (as labml-app does for MongoDB: some hold values JSON cannot
-    represent) and read back as plain data only (`safe_pickle`); indexes are small JSON maps.
-    """
-    from labml_app import db
-
-    models_dir = data_dir / "models"
-    indexes_dir = data_dir / "indexes"
-    models_dir.mkdir(parents=True, exist_ok=True)
-    indexes_dir.mkdir(parents=True, exist_ok=True)
-    Model.set_db_drivers([AtomicFileDbDriver(SafePickleSerializer(), m, models_dir) for m in db.models])
-    Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, indexes_dir / f"{i.__name__}.json")
-                          for i in db.indexes])
-    _create_default_projects()
 

@@ -102,7 +102,7 @@ class RunUsage:
         """Refuse (413) what would pass a cap; otherwise hold `charged` for the run until `record`.
 
         Requests are checked one at a time while labml-app's updates may wait their turn
-        (`labml_app_patches.serialize_updates`), so what is checked is held at once: two
+        (`labml_app_patches.serialize_store_writes`), so what is checked is held at once: two
         requests cannot both pass a cap that only one fits under.  A request whose update then
         fails keeps its share held until a restart (it errs on the side of the caps).
         """
@@ -149,10 +149,7 @@ class RunUsage:
                 return
             self._total -= int(entry.get("bytes", 0))
             change = self._file.stage(run_uuid, None)
-        if write_soon:
-            self._file.write_soon(change)
-        else:
-            self._file.write(change)
+        self._file.write(change, soon=write_soon)
 
     def used(self, run_uuid: str) -> int:
         with self._lock:

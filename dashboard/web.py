@@ -1,17 +1,15 @@
 """HTTP plumbing of the dashboard's endpoints: bad input becomes a 4xx JSON error, never a 500.
 
 `BadRequest` carries a status and a message from any check to `json_endpoint` (or to
-`guard.RequestGuard`), which turns it into ``{"error": message}``; `answer_errors_as_json` gives
-an app JSON answers for the failures that reach it.
+`guard.RequestGuard`), which turns it into ``{"error": message}``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 
@@ -39,11 +37,3 @@ def json_endpoint(func: Callable[..., Awaitable[Any]]) -> Callable[[Request], Aw
     endpoint.__name__ = func.__name__
     return endpoint
 
-
-def answer_errors_as_json(app: FastAPI) -> None:
-    """Answer what fails with a JSON error: bad input a 4xx; any other failure a bare 500 (the
-    details stay in the server's log)."""
-    app.add_exception_handler(json.JSONDecodeError, lambda request, exc: error_response(
-        400, f"malformed JSON body: {exc}"))
-    app.add_exception_handler(Exception, lambda request, exc: error_response(
-        500, f"internal error: {type(exc).__name__}"))

@@ -5,20 +5,17 @@
 // dropped too: labml's Settings saves the user before it changes the theme, so the choice is gone
 // at the next page load. What works here stays: the configs page's eye (the run page's card lists
 // the option) and star (the runs list shows it), and the run page's + (a chart of chosen series).
+// Where the hosted app tells how to use it (its Settings page, the empty runs list's PyTorch/Keras
+// snippets), a notice says how it is done here.
 'use strict';
 
 (function () {
     const MENU_ENTRIES = new Set(['Computers', 'Documentation', 'Settings', 'Sign out']);
 
-    function settingsPage(container) {
+    // Replace `container`'s content, once, with `lines` of [tag, class, text].
+    function notice(container, lines) {
         if (container.dataset.dashboardLocal) return;
         container.dataset.dashboardLocal = 'yes';
-        const lines = [
-            ['h5', 'mt-4 px-1', 'No settings here'],
-            ['p', 'px-1', 'This dashboard runs on your machine without accounts; its options are ' +
-                'given when it starts:'],
-            ['pre', 'dashboard-command', 'python -m experiments.dashboard --help'],
-        ];
         container.replaceChildren(...lines.map(([tag, cls, text]) => {
             const el = document.createElement(tag);
             el.className = cls;
@@ -26,6 +23,32 @@
             return el;
         }));
         container.classList.add('text-center', 'dashboard-how-to');
+    }
+
+    function settingsPage(container) {
+        notice(container, [
+            ['h5', 'mt-4 px-1', 'No settings here'],
+            ['p', 'px-1', 'This dashboard runs on your machine without accounts; its options are ' +
+                'given when it starts:'],
+            ['pre', 'dashboard-command', 'python -m experiments.dashboard --help'],
+        ]);
+    }
+
+    function howToSendARun() {
+        // Here a run is sent with --dashboard.
+        for (const heading of document.querySelectorAll('h5')) {
+            if (heading.textContent !== 'You will see your runs here') continue;
+            const block = heading.parentElement && heading.parentElement.parentElement;
+            if (!block) continue;
+            const origin = location.origin;
+            notice(block, [
+                ['h5', 'mt-4 px-1', 'No runs here yet'],
+                ['p', 'px-1', 'Send a training run to this dashboard with --dashboard:'],
+                ['pre', 'dashboard-command', `python -m experiments.breakout --dashboard ${origin}`],
+                ['p', 'px-1', 'A run started without it can join later, history included:'],
+                ['pre', 'dashboard-command', `python -m experiments.breakout --resume RUN_UUID --dashboard ${origin}`],
+            ]);
+        }
     }
 
     function removeHostedSurfaces() {
@@ -42,6 +65,7 @@
             const container = document.querySelector('.page .auto-margin');
             if (container && container.querySelector('.input-list-container')) settingsPage(container);
         }
+        howToSendARun();
     }
 
     // The single-page app redraws its views at any time: remove them as they are drawn.

@@ -1,7 +1,7 @@
 // Added to labml-app's page: a link from each run page to its live-hyperparameter page (off, with
 // the reason, for a run that is not running), the runs list's scores written as scores, labml's
-// empty-list snippets and comparison card replaced or hidden, and a notice when the front-end
-// libraries could not be fetched for offline use.
+// comparison card hidden, and a notice when the front-end libraries could not be fetched for
+// offline use. (local-only.js replaces the empty runs list's snippets for the hosted app.)
 'use strict';
 
 (function () {
@@ -50,32 +50,6 @@
         }
     }
 
-    function howToSendARun() {
-        // labml's empty runs list shows PyTorch/Keras snippets for its hosted app; here a run is
-        // sent with --dashboard.
-        for (const heading of document.querySelectorAll('h5')) {
-            if (heading.textContent !== 'You will see your runs here') continue;
-            const block = heading.parentElement && heading.parentElement.parentElement;
-            if (!block || block.dataset.dashboardHowTo) continue;
-            block.dataset.dashboardHowTo = 'yes';
-            const origin = location.origin;
-            const lines = [
-                ['h5', 'mt-4 px-1', 'No runs here yet'],
-                ['p', 'px-1', 'Send a training run to this dashboard with --dashboard:'],
-                ['pre', 'dashboard-command', `python -m experiments.breakout --dashboard ${origin}`],
-                ['p', 'px-1', 'A run started without it can join later, history included:'],
-                ['pre', 'dashboard-command', `python -m experiments.breakout --resume RUN_UUID --dashboard ${origin}`],
-            ];
-            block.replaceChildren(...lines.map(([tag, cls, text]) => {
-                const el = document.createElement(tag);
-                el.className = cls;
-                el.textContent = text;
-                return el;
-            }));
-            block.classList.add('text-center', 'dashboard-how-to');
-        }
-    }
-
     function dropStockEntries() {
         // labml-app's own comparison card needs its hosted app; runs are compared on this dashboard's
         // comparison page instead (compare-pick.js ticks them in the runs list). labml's other
@@ -102,7 +76,6 @@
     function tick() {
         update();
         plainScores();
-        howToSendARun();
         dropStockEntries();
     }
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from dashboard_support import Dashboard
-from test_security import assert_refused, send
+from http_support import assert_refused, send
 
 from dashboard.files import Unsatisfiable, byte_range, path_parts
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -135,6 +136,49 @@ def test_second_dashboard_on_the_same_folder_is_refused(dashboard: Dashboard) ->
     assert "already used by another dashboard" in second.stderr
     assert f"pid {dashboard.proc.pid}" in second.stderr
     assert dashboard.request("GET", "/api/v1/runs/null")[0] == 200
+
+
+LOCK_CONTENT = "not the dashboard's: a lock written through a link would replace this\n"
+
+
+def plant_at_lock(data: Path, kind: str, victim: Path) -> None:
+    """Put what an attacker could at `<data>/dashboard.lock`: a link or a second name of `victim`, or a FIFO."""
+    data.mkdir()
+    lock = data / "dashboard.lock"
+    if kind == "symlink":
+        lock.symlink_to(victim)
+    elif kind == "hard link":
+        os.link(victim, lock)
+    else:
+        os.mkfifo(lock)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hard link", "fifo"])
+def test_the_lock_is_never_written_through_what_is_planted_in_its_place(tmp_path: Path, kind: str) -> None:
+    from dashboard.store import DataFolderError, DataFolderLock
+
+    victim = tmp_path / "victim"
+    victim.write_text(LOCK_CONTENT)
+    plant_at_lock(tmp_path / "data", kind, victim)
+    what = "is a symbolic link" if kind == "symlink" else "is not a file of its own"
+    with pytest.raises(DataFolderError, match=f"^{tmp_path / 'data'}: its dashboard.lock {what}"):
+        DataFolderLock(tmp_path / "data").acquire()
+    assert victim.read_text() == LOCK_CONTENT
+
+
+def test_the_real_command_refuses_a_link_at_the_lock_in_one_line(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text(LOCK_CONTENT)
+    data = tmp_path / "data"
+    plant_at_lock(data, "symlink", victim)
+    refused = subprocess.run([sys.executable, "-m", "experiments.dashboard", "--port", str(free_port()),
+                              "--data", str(data)], cwd=REPO, env=child_env(), capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [f"error: --data {data}: its dashboard.lock is a symbolic link, which the "
+                                           "lock would write through; remove it"]
+    assert victim.read_text() == LOCK_CONTENT
+    assert sorted(p.name for p in data.iterdir()) == ["dashboard.lock"]  # nothing else was started or written
 
 
 def test_busy_port_is_reported(dashboard: Dashboard, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, child_env
-from test_security import assert_refused, new_uuid, run_uuids, send_json, track_path
+from http_support import assert_refused, new_uuid, run_uuids, send_json, track_path
 
 SERIES_BYTES = 32 * 1024  # dashboard.usage.SERIES_BYTES
 RUN_BYTES = 8 * 1024  # dashboard.usage.RUN_BYTES

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 from dashboard_support import Dashboard
-from test_security import new_uuid, run_uuids, send_json, track_path
+from http_support import new_uuid, run_uuids, send_json, track_path
 
-from dashboard import safe_pickle
+from dashboard import labml_app_patches, safe_pickle
 
 
 class Gadget:
@@ -125,7 +125,7 @@ def test_records_from_mongodb_are_read_as_data_too(tmp_path: Path, monkeypatch: 
 
     # The stock staticmethod comes back after the test.
     monkeypatch.setattr(db.MongoPickleDbDriver, "_from_dump", db.MongoPickleDbDriver.__dict__["_from_dump"])
-    safe_pickle.use_in_mongo_driver()
+    labml_app_patches.read_mongo_records_as_data()
     marker = tmp_path / "marker"
     for record in gadgets(marker):
         assert db.MongoPickleDbDriver._from_dump({"data": pickle.dumps(record)}) is None

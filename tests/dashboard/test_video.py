@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from browser import CHROMIUM, Browser
 from dashboard_support import REPO, Dashboard, Process, run_tool
-from test_security import assert_refused, send
+from http_support import assert_refused, send
 
 PAGE_LIMIT_S = 120.0
 MEDIA_ERR_SRC_NOT_SUPPORTED = 4  # HTMLMediaElement's MediaError code: "format not supported"
