@@ -28,6 +28,7 @@ COMMANDS = {
     "tweak": Command("experiments.tweak", "change a running experiment's live hyperparameters"),
     "benchmark": Command("experiments.benchmark", "measure env, network and training-loop speed on this machine"),
     "curves": Command("experiments.curves", "learning curves over seeds, optionally beside SB3's PPO"),
+    "peer": Command("experiments.peer_sb3", "train the peer alone: SB3's PPO with rl-zoo's Atari settings, one seed"),
     "sweep": Command("experiments.sweep", "grid or random hyperparameter search on Ray"),
     "pbt": Command("experiments.pbt", "population-based training on Ray, tweaking members through the live channel"),
 }

@@ -56,6 +56,7 @@ REFUSALS = {
     "tweak": (["abc"], "error: RUN_UUID 'abc': expected the uuid of a run (32 hex digits, as labml prints it)"),
     "benchmark": (["--duration", "0"], "error: --duration 0: expected a number > 0 and ≤ 3600"),
     "curves": (["--window", "0"], "error: --window 0: expected an integer from 1 to 100_000"),
+    "peer": (["--seed", "-1"], "error: --seed -1: expected an integer from 0 to 4_294_967_295"),
     "sweep": (["--samples", "0"], "error: --samples 0: expected an integer from 1 to 10_000"),
     "pbt": (["--population", "1"], "error: --population 1: expected an integer from 2 to 1_024"),
 }

@@ -79,6 +79,16 @@ def test_readme_is_a_short_guide_and_ci_runs_its_commands() -> None:
     assert all(line in readme or f"`{line}`" in "\n".join(readme) for line in commands)
 
 
+def test_the_readme_s_commands_table_is_the_dispatcher_s_list() -> None:
+    """A command stays only if the README says why a user runs it: its table and `breakout-ppo`'s
+    commands name the same commands, each with the module `python -m` runs."""
+    from experiments.commands import COMMANDS
+
+    rows = re.findall(r"^\| `([a-z-]+)` \| `(experiments\.[a-z_0-9.]+)` \| (.+) \|$", (REPO / "README.md").read_text(), re.M)
+    assert {name: module for name, module, _ in rows} == {name: c.module for name, c in COMMANDS.items()}
+    assert all(len(why) > 20 for _, _, why in rows)
+
+
 def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     if shutil.which("mkdocs") is None and importlib.util.find_spec("mkdocs") is None:
         pytest.skip("mkdocs is not installed (pip install -e .[dev])")
