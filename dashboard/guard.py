@@ -39,7 +39,9 @@ JSON_BODY = "dashboard_json_body"
 # holds Python's interpreter lock, so several large bodies at once would leave the event loop,
 # and every other request, a small share of it.  labml's usual packets are a few KB.
 LARGE_BODY_BYTES = 64 * 1024
-_large_bodies: list[anyio.CapacityLimiter] = []  # made on first use, inside the server's event loop
+# The key under scope["state"] holding the guard's one-at-a-time limiter for large bodies, so
+# that the handlers which work on such a body later take their turn from the same one.
+LARGE_BODY_TURN = "dashboard_large_body_turn"
 _HOST_NAME_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*$")
 
 
@@ -106,11 +108,15 @@ class RequestGuard:
         self.app = app
         self.allowed_hosts = allowed_hosts
         self.max_body_bytes = max_body_bytes
+        self.large_bodies: anyio.CapacityLimiter | None = None  # made on first use, inside the server's event loop
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.large_bodies is None:
+            self.large_bodies = anyio.CapacityLimiter(1)
+        scope.setdefault("state", {})[LARGE_BODY_TURN] = self.large_bodies
         try:
             replay = await self._check(scope, receive)
         except BadRequest as e:
@@ -130,7 +136,7 @@ class RequestGuard:
         check_json_content_type(headers.get("content-type"))
         raw = await read_body(receive, self._declared_length(headers), self.max_body_bytes)
         # Parsing a body of up to the cap takes tens of milliseconds: off the event loop.
-        limiter = large_body_turn(len(raw))
+        limiter = large_body_turn(scope, len(raw))
         scope.setdefault("state", {})[JSON_BODY] = await anyio.to_thread.run_sync(strict_json.loads, raw,
                                                                                   limiter=limiter)
         return replaying(raw, receive)
@@ -204,14 +210,13 @@ def replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def large_body_turn(size: int) -> anyio.CapacityLimiter | None:
-    """The worker-thread limiter for work on a body of `size` bytes: one at a time past
-    LARGE_BODY_BYTES, the default pool for the others."""
+def large_body_turn(scope: Scope, size: int) -> anyio.CapacityLimiter | None:
+    """The worker-thread limiter for work on a body of `size` bytes of this request: one at a time
+    past LARGE_BODY_BYTES (the guard's limiter), the default pool for the others."""
     if size <= LARGE_BODY_BYTES:
         return None
-    if not _large_bodies:
-        _large_bodies.append(anyio.CapacityLimiter(1))
-    return _large_bodies[0]
+    limiter: anyio.CapacityLimiter = scope["state"][LARGE_BODY_TURN]
+    return limiter
 
 
 def parsed_json(scope: Scope) -> Any:

@@ -96,7 +96,7 @@ class DashboardHandlers:
         # the event loop, so a client that sends such bodies does not hold up the others.
         packets, first_configs, charged, new_series = await anyio.to_thread.run_sync(
             self._checked, body, run_uuid, stored_uuid, is_run_itself(run_uuid, stored_uuid, rank, main_rank),
-            limiter=large_body_turn(int(request.headers.get("content-length", "0"))))
+            limiter=large_body_turn(request.scope, int(request.headers.get("content-length", "0"))))
         self.usage.check(stored_uuid, charged)
         if project_db.get_project(labml_token) is None:
             # The hosted app told unknown tokens to register; locally any token (such as the
