@@ -2,16 +2,18 @@
 
     python docs/screenshots.py [--out docs/images]
 
-Two tiny Breakout runs are sent to a dashboard of their own (in a temporary folder):
+First the comparison pages, on a dashboard of their own: three seeds trained by `experiments.curves
+--jobs 3` and a population of three trained by `experiments.pbt`, each page opened at the address the
+command printed (`--pages compare` makes only these two). Then two tiny Breakout runs, sent to
+another dashboard (both in a temporary folder), so that its runs list holds just these two:
 - "resumed": trained 12 updates, ended, then resumed with --dashboard to its 24th; its chart
   covers both legs, its card shows options set on the command line, the grouping this machine
   chose from its cores, and defaults; it ends completed, so its live-hyperparameter page is off;
 - "live": takes learning_rate=5e-4 from `experiments.tweak` (applied), is paused (SIGSTOP: it
   sends nothing), takes entropy_coef=0.02 (pending, as it truly is while the run sends nothing),
   is let go (it applies it) and is stopped with Ctrl-C (interrupted).
-Then the comparison page, of three seeds trained by `experiments.curves --jobs 3` and of a population
-of three trained by `experiments.pbt`, both sent to the dashboard: each page is the address the
-command printed (`--pages compare` makes only these two).
+The runs list is shot with both runs ticked to compare. Every wait ends at its event or, after a
+cap, with a line naming what it awaited and what the page or dashboard showed instead.
 It takes a few minutes on two cores. Needs Debian's chromium (/usr/bin/chromium) and Pillow.
 """
 
@@ -45,7 +47,7 @@ RUN_LIMIT_S = 600.0  # a run's updates, on two loaded cores
 PAGE_LIMIT_S = 120.0  # a page showing what the dashboard already has
 WIDTH = 1100
 OWN_PAGE_HEIGHT = 1000  # one window height for the dashboard's own pages: their top margin is 2vh
-MAX_BYTES = 150_000
+MAX_BYTES = 120_000
 
 
 def until(what: str, check: Callable[[], Any], limit_s: float = PAGE_LIMIT_S, seen: Callable[[], Any] | None = None) -> Any:
@@ -89,12 +91,46 @@ def tweak(dashboard: Dashboard, run_uuid: str, change: str) -> None:
         raise SystemExit(f"screenshots: tweak {change}: {done.stderr.strip()}")
 
 
+def capture(browser: Browser, params: dict[str, Any], name: str, still: tuple[str, str] | None) -> str:
+    """Page.captureScreenshot's image; with `still`, one taken while the condition held and the element stood still."""
+    if still is None:
+        return browser.call("Page.captureScreenshot", params)["data"]
+    container, condition = still
+    deadline = time.monotonic() + PAGE_LIMIT_S
+    while time.monotonic() < deadline:
+        # The shot counts if `condition` held before it and nothing in `container` changed until after it.
+        if browser.evaluate(f"window.shotObserver?.disconnect(); window.shotChanges = 0; window.shotObserver ="
+                            f" new MutationObserver(() => window.shotChanges++); window.shotObserver.observe({container},"
+                            f" {{childList: true, subtree: true, characterData: true}}); {condition}"):
+            data = browser.call("Page.captureScreenshot", params)["data"]
+            if browser.evaluate("window.shotChanges === 0"):
+                return data
+        time.sleep(0.3)
+    raise SystemExit(f"screenshots: {name}: waited {PAGE_LIMIT_S:.0f} s for {condition} to hold through a shot")
+
+
+def write_png(image: Image.Image, path: Path) -> None:
+    """`image` as a PNG of at most MAX_BYTES: true colours, else a palette, else smaller."""
+    scale = 1.0
+    while True:
+        shown = image.resize((int(image.width * scale), int(image.height * scale)), Image.Resampling.LANCZOS) if scale < 1 else image
+        # True colours where they fit; else a palette (median cut: smooth gradients in the charts' fills).
+        for colours in (shown.convert("RGB"), shown.convert("RGB").quantize(colors=256)):
+            out = io.BytesIO()
+            colours.save(out, format="PNG", optimize=True)
+            if out.tell() <= MAX_BYTES:
+                break
+        if out.tell() <= MAX_BYTES or scale < 0.4:
+            break
+        scale *= 0.85
+    path.write_bytes(out.getvalue())
+    print(f"{path}: {shown.width}×{shown.height}, {out.tell() // 1000} KB", flush=True)
+
+
 def save(browser: Browser, path: Path, element: str | None = None, height: int | None = None,
          still: tuple[str, str] | None = None) -> None:
     """The window (or the element the JavaScript expression `element` finds), at most `height` pixels
-    tall, as a small PNG: resized to fit MAX_BYTES, in an adaptive palette.
-    With `still` (an element's expression, a condition), the shot is taken again until the condition
-    held and the element did not change while it was taken."""
+    tall, as a PNG (write_png); with `still`, as capture() takes it."""
     clip = None
     if element is not None:
         box = browser.evaluate(f"(() => {{ const r = ({element}).getBoundingClientRect();"
@@ -105,36 +141,11 @@ def save(browser: Browser, path: Path, element: str | None = None, height: int |
             raise SystemExit(f"screenshots: {path.name}: {element} ends at {clip['y'] + clip['height']:.0f} px,"
                              f" below the {box[4]} px window; open the page in a taller window")
     params: dict[str, Any] = {"format": "png", "captureBeyondViewport": False, **({"clip": clip} if clip else {})}
-    deadline = time.monotonic() + PAGE_LIMIT_S
-    while True:
-        if still is None:
-            data = browser.call("Page.captureScreenshot", params)["data"]
-            break
-        # The shot counts if `condition` held before it and nothing in `container` changed until after it.
-        container, condition = still
-        if browser.evaluate(f"window.shotObserver?.disconnect(); window.shotChanges = 0; window.shotObserver ="
-                            f" new MutationObserver(() => window.shotChanges++); window.shotObserver.observe({container},"
-                            f" {{childList: true, subtree: true, characterData: true}}); {condition}"):
-            data = browser.call("Page.captureScreenshot", params)["data"]
-            if browser.evaluate("window.shotChanges === 0"):
-                break
-        if time.monotonic() > deadline:
-            raise SystemExit(f"screenshots: {path.name}: waited {PAGE_LIMIT_S:.0f} s for {condition} to hold through a shot")
-        time.sleep(0.3)
+    data = capture(browser, params, path.name, still)
     image: Image.Image = Image.open(io.BytesIO(base64.b64decode(data)))
     if clip is None and height is not None:
         image = image.crop((0, 0, image.width, min(height, image.height)))
-    scale = 1.0
-    while True:
-        shown = image.resize((int(image.width * scale), int(image.height * scale)), Image.Resampling.LANCZOS) if scale < 1 else image
-        out = io.BytesIO()
-        # An octree palette keeps small areas of colour (a status's green, a ticked box's blue).
-        shown.convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(out, format="PNG", optimize=True)
-        if out.tell() <= MAX_BYTES or scale < 0.4:
-            break
-        scale *= 0.85
-    path.write_bytes(out.getvalue())
-    print(f"{path}: {shown.width}×{shown.height}, {out.tell() // 1000} KB", flush=True)
+    write_png(image, path)
 
 
 CARD = "[...document.querySelectorAll('.labml-card')].find(c => c.querySelector('h3')?.textContent === '{}')"
