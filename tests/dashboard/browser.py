@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -22,6 +23,7 @@ from typing import Any
 from dashboard_support import child_env
 
 CHROMIUM = Path("/usr/bin/chromium")
+REPLY_LIMIT_S = 120.0  # a cap on one DevTools reply, so that a browser that stops answering fails, not hangs
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--remote-debugging-pipe"]
@@ -52,8 +54,10 @@ class Browser:
         self.call("Emulation.setDeviceMetricsOverride",
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
-    def _read_message(self) -> dict[str, Any]:
+    def _read_message(self, method: str, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buffer:
+            if not select.select([self._from_browser], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise RuntimeError(f"chromium did not answer {method} within {REPLY_LIMIT_S:.0f} s")
             chunk = os.read(self._from_browser, 1 << 16)
             if not chunk:
                 raise RuntimeError(f"chromium closed its DevTools pipe (exit code {self.proc.poll()})")
@@ -67,8 +71,9 @@ class Browser:
         if self._session is not None and not method.startswith(("Target.", "Browser.")):
             command["sessionId"] = self._session
         os.write(self._to_browser, json.dumps(command).encode() + b"\0")
+        deadline = time.monotonic() + REPLY_LIMIT_S  # events may come meanwhile: the cap is on the reply
         while True:
-            message = self._read_message()
+            message = self._read_message(method, deadline)
             if message.get("id") == self._next_id:  # everything else is an event
                 if "error" in message:
                     raise RuntimeError(f'{method}: {message["error"]}')
