@@ -3,7 +3,6 @@ train briefly from a seed on a real pool."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import multiprocessing
@@ -12,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +27,7 @@ from game.vector.private_ray import ray_installed, start_private_ray, stop_ray
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 from tests import process_table
+from tests.made_once import made_once, set_root
 
 # Every process a test's run starts (workers, the forkserver, the resource tracker) inherits this
 # variable, so leftovers are found even after they were re-parented to init.
@@ -156,25 +155,19 @@ class Cli:
         return killed
 
 
-# Runs made once per session and copied for each test that asks for the same one (`run_once`).
-_RUN_CACHE: dict[tuple[str, ...], Path] = {}
-
-
 def run_once(cli: Cli, data_dir: Path, *args: str) -> dict:
     """The summary of `experiments.breakout *args --data-dir data_dir`, as if it had just run there.
     A run is a few seconds of real training, and many tests only need one to exist before they
-    resume, craft or attack it: the first call with these `args` runs it in a folder of the
-    session's, and every call copies that run folder into `data_dir` (file modes kept), with the
-    paths that summary.json and labml's configs.yaml record rewritten to the copy. The copy is
-    the same run: the same uuid, files and checkpoints (whose config's data_dir a resume's
-    --data-dir replaces)."""
-    key = tuple(args)
-    if key not in _RUN_CACHE:
-        made = _CACHE_ROOT / str(len(_RUN_CACHE))
-        result = cli.run("experiments.breakout", *args, "--data-dir", str(made))
+    resume, craft or attack it: the first call with these `args` in the session (on any worker)
+    runs it in a folder of the session's (tests/made_once.py), and every call copies that run
+    folder into `data_dir` (file modes kept), with the paths that summary.json and labml's
+    configs.yaml record rewritten to the copy. The copy is the same run: the same uuid, files and
+    checkpoints (whose config's data_dir a resume's --data-dir replaces)."""
+    def make(folder: Path) -> None:
+        result = cli.run("experiments.breakout", *args, "--data-dir", str(folder))
         assert result.returncode == 0, result.stderr[-2000:]
-        _RUN_CACHE[key] = made
-    made = _RUN_CACHE[key]
+
+    made = made_once(json.dumps(["experiments.breakout", *args]), make)
     shutil.copytree(made, data_dir, dirs_exist_ok=True)
     for path in (*data_dir.rglob("summary.json"), *data_dir.rglob("configs.yaml")):
         path.write_text(path.read_text().replace(str(made), str(data_dir)))
@@ -182,8 +175,9 @@ def run_once(cli: Cli, data_dir: Path, *args: str) -> dict:
     return json.loads(summary_path.read_text())
 
 
-_CACHE_ROOT = Path(tempfile.mkdtemp(prefix="breakout-test-runs-"))
-atexit.register(shutil.rmtree, _CACHE_ROOT, ignore_errors=True)
+@pytest.fixture(scope="session", autouse=True)
+def _made_once_root(tmp_path_factory: pytest.TempPathFactory) -> None:
+    set_root(tmp_path_factory)
 
 
 @pytest.fixture
@@ -207,6 +201,17 @@ def ray_instance() -> Iterator[object]:
         yield ray
     finally:
         stop_ray()
+
+
+@pytest.fixture(scope="session")
+def finished_population() -> dict:
+    """A real population of 2 (6 updates each, an exploit after update 3) run through without a
+    stop, made once a session for every test that compares with it or attacks a copy of it
+    (tests/pbt_support.py); the tests only read it."""
+    if not ray_installed():
+        pytest.skip('Ray is not installed (pip install -e ".[ray]")')
+    from tests.pbt_support import POPULATION, make_finished_population, read_finished_population  # it imports this module
+    return read_finished_population(made_once(json.dumps(["experiments.pbt", *POPULATION]), make_finished_population))
 
 
 # What the fast selection (`-m "not slow and not ray and not browser"`) leaves out, by what a test

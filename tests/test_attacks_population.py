@@ -1,6 +1,6 @@
 """A population folder is input, as a run folder is: whoever may write the data dir may have put
 links, special files or a crafted population.json in it. Each attack is made for real in a copy
-of a real finished population (one per module, run through the real command), then `pbt --resume`
+of a real finished population (the session's, run once through the real command), then `pbt --resume`
 is run on it: through the real command line where the test says so, otherwise through its main()
 in this process (every refusal here comes before Ray, the dashboard or a member starts).
 """
@@ -19,24 +19,17 @@ import pytest
 
 from experiments.pbt import main
 from experiments.run.folders import find_run
-from game.vector.ray_actors import ray_installed
 from tests.conftest import REPO, Cli
-from tests.test_pbt import TINY
 
 SECRET = "the user's own file, not for the population to write\n"
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The data dir of a real population of 2 (6 updates each, an exploit after update 3), finished."""
-    if not ray_installed():
-        pytest.skip('Ray is not installed (pip install -e ".[ray]")')
-    data = tmp_path_factory.mktemp("population") / "runs"
-    cli = Cli()
-    result = cli.run("experiments.pbt", "--population", "2", "--interval", "3", *TINY, "--data-dir", str(data), timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert cli.leftovers() == []
-    return data
+def finished(finished_population: dict[str, Any]) -> Path:
+    """The data dir of a real population of 2 (6 updates each, an exploit after update 3), finished:
+    the session's (tests/conftest.py), which the tests here only copy."""
+    assert finished_population["leftovers"] == []
+    return finished_population["data"]
 
 
 def copy_of(finished: Path, tmp_path: Path) -> Path:

@@ -17,8 +17,8 @@ from experiments.run.folder_checks import DEAD_WRITERS_FILES, remove_dead_writer
 from experiments.run.folders import checkpoint_path, checkpoint_paths, rotate_in
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import REPO, refused_in_process
+from tests.run_safety_support import PER_UPDATE, first_leg, refused_resume, refused_resume_in_process
 from tests.test_experiment import TINY, summary_of
-from tests.test_run_safety import PER_UPDATE, _first_leg
 
 SECRET = "root:$6$not-for-your-eyes$:19000:0:99999:7:::"
 LABML_FILES = ("configs.yaml", "run.yaml", "indicators.yaml", "source.diff", "run_log.jsonl")
@@ -48,7 +48,7 @@ def test_a_link_where_a_run_file_belongs_is_refused_and_its_target_never_written
     overwritten or appended to by `--resume`. The run's own files are links too here. The first
     link is refused by the real command; the others by its main() in this process."""
     data_dir = tmp_path / "runs"
-    summary = _first_leg(cli, data_dir)
+    summary = first_leg(cli, data_dir)
     run_dir, run_uuid = Path(summary["run_dir"]), summary["run_uuid"]
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -71,7 +71,7 @@ def test_a_link_where_a_run_file_belongs_is_refused_and_its_target_never_written
 
 def test_a_second_hard_link_of_a_file_labml_rewrites_is_refused(cli, tmp_path: Path) -> None:
     data_dir = tmp_path / "runs"
-    summary = _first_leg(cli, data_dir)
+    summary = first_leg(cli, data_dir)
     run_dir = Path(summary["run_dir"])
     victim = tmp_path / "victim.yaml"
     victim.write_text("the user's own file\n")
@@ -84,7 +84,7 @@ def test_a_second_hard_link_of_a_file_labml_rewrites_is_refused(cli, tmp_path: P
 
 def test_a_run_folder_that_is_itself_a_link_is_refused(cli, tmp_path: Path) -> None:
     data_dir = tmp_path / "runs"
-    summary = _first_leg(cli, data_dir)
+    summary = first_leg(cli, data_dir)
     run_dir = Path(summary["run_dir"])
     moved = tmp_path / "moved"
     run_dir.rename(moved)
@@ -96,7 +96,7 @@ def test_a_run_folder_that_is_itself_a_link_is_refused(cli, tmp_path: Path) -> N
 def test_a_fifo_where_a_record_belongs_is_refused_rather_than_read(cli, tmp_path: Path) -> None:
     """Reading a FIFO would wait for a writer forever."""
     data_dir = tmp_path / "runs"
-    summary = _first_leg(cli, data_dir)
+    summary = first_leg(cli, data_dir)
     games = Path(summary["run_dir"]) / "games.csv"
     games.unlink()
     os.mkfifo(games)
@@ -109,7 +109,7 @@ def test_a_fifo_where_a_record_belongs_is_refused_rather_than_read(cli, tmp_path
 def test_a_resume_refusal_names_the_record_never_its_content(cli, tmp_path: Path) -> None:
     """games.csv replaced by a copy of a secret file (no link: a plain file someone wrote there)."""
     data_dir = tmp_path / "runs"
-    summary = _first_leg(cli, data_dir)
+    summary = first_leg(cli, data_dir)
     games = Path(summary["run_dir"]) / "games.csv"
     games.write_text(f"{SECRET}\nsecond line\n")
     line = _one_line_refusal(cli, _resume(cli, data_dir, summary["run_uuid"]))
@@ -223,7 +223,7 @@ class NotPlainData:
 def test_a_refused_custom_class_checkpoint_never_suggests_the_unsafe_load(cli, tmp_path: Path) -> None:
     import torch
     data_dir = tmp_path / "runs"
-    summary = _first_leg(cli, data_dir)
+    summary = first_leg(cli, data_dir)
     real = load_checkpoint(Path(summary["checkpoint"]))
     for path in checkpoint_paths(Path(summary["run_dir"])):
         if path.exists():
@@ -256,8 +256,7 @@ def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(
     starts, so it needs no Python of its own)."""
     import random
 
-    from tests.test_run_safety import _refused_resume, _refused_resume_in_process
-    summary = _first_leg(cli, tmp_path)
+    summary = first_leg(cli, tmp_path)
     noise = random.Random(39)
     for path in checkpoint_paths(Path(summary["run_dir"])):
         if path.exists():
@@ -267,8 +266,8 @@ def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(
             first["ale"] = {"random bytes": noise.randbytes(len(ale)), "a cut state": ale[: len(ale) // 2],
                             "an oversized state": bytes(2**20 + 1)}[garbage]
             save_checkpoint(path, {**state, "env_states": [first, *state["env_states"][1:]]})
-    lines = (_refused_resume(cli, tmp_path, summary) if garbage == "random bytes"
-             else _refused_resume_in_process(capsys, tmp_path, summary))
+    lines = (refused_resume(cli, tmp_path, summary) if garbage == "random bytes"
+             else refused_resume_in_process(capsys, tmp_path, summary))
     assert len(lines) == 1 and lines[0].startswith("error: the checkpoint's env_states[0] "), lines
     assert lines[0].endswith("; nothing was started"), lines
     if garbage == "an oversized state":

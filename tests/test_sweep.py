@@ -6,16 +6,20 @@ import argparse
 import csv
 import json
 import signal
+import subprocess
+import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from experiments.run.updates_csv import read_updates
 from experiments.sweep import main, sorted_rows
 from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
 from game.vector.ray_actors import ray_installed
 from tests import process_table
-from tests.conftest import MARK
+from tests.conftest import MARK, REPO, wait_for_file
 from tests.ray_checks import attack, check_private, check_refused, snapshot
 
 requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
@@ -83,6 +87,55 @@ def test_a_sweeps_ray_is_private_and_a_sigterm_stops_its_trials_and_leaves_nothi
     assert "sweep interrupted: running trials were stopped (their last checkpoints are kept)" in err
     assert cli.leftovers() == []  # Ray's processes and the trial's workers are gone
     assert not ray.token_path.parent.exists()
+
+
+# A trial as a Ray worker runs it (run_trial in a fresh process); with HOLD_FILE set, the first
+# attempt, which holds at update 2 (after update 1's checkpoint) until the test kills it, as a lost
+# node or worker process ends it.
+TRIAL = """
+import json, os, sys, time
+from pathlib import Path
+from ppo.trainer import Trainer
+if "HOLD_FILE" in os.environ:
+    original, hold = Trainer.state_dict, Path(os.environ["HOLD_FILE"])
+    def hold_at_update_2(self, live_values):
+        if self.update == 2:
+            hold.touch()
+            while True:
+                time.sleep(1)
+        return original(self, live_values)
+    Trainer.state_dict = hold_at_update_2
+from experiments.sweep import run_trial
+print(json.dumps(run_trial(json.loads(sys.argv[1]), sys.argv[2])))
+"""
+
+
+def test_a_trial_that_ray_runs_again_resumes_its_own_run(cli, tmp_path: Path) -> None:
+    """Ray runs a trial whose process was lost again, with the same arguments (--max-retries): the
+    new attempt finds the run folder of the trial's uuid with a checkpoint and goes on from it."""
+    overrides = {"learning_rate": 1e-4, "updates": 3, "worker_steps": 16, "n_workers": 1, "envs_per_worker": 2,
+                 "minibatches": 2, "epochs": 1, "checkpoint_every": 1, "torch_threads": 1, "data_dir": str(tmp_path / "runs")}
+    run_uuid = uuid.uuid4().hex
+    argv = [sys.executable, "-c", TRIAL, json.dumps(overrides), run_uuid]
+    first = subprocess.Popen(argv, cwd=REPO, env=dict(cli.env(), HOLD_FILE=str(tmp_path / "held")),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_file(tmp_path / "held", first)
+    first.kill()  # the trial's process is lost: no handler runs, summary.json still says running
+    first.communicate()
+    assert cli.leftovers() == []  # its game workers went with it
+    (run_dir,) = (tmp_path / "runs" / "breakout").iterdir()
+    assert run_dir.name == run_uuid and json.loads((run_dir / "summary.json").read_text())["status"] == "running"
+
+    again = subprocess.run(argv, cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    result = json.loads(again.stdout.strip().splitlines()[-1])
+    assert result["resumed"] is True and result["exit_code"] == 0, result
+    assert "resumed at update 1 of 3" in again.stderr, again.stderr[-3000:]
+    assert (result["run_uuid"], result["status"], result["updates"], result["env_steps"]) == (run_uuid, "completed", 3, 3 * 32)
+    assert list((tmp_path / "runs" / "breakout").iterdir()) == [run_dir]  # its own folder, no second run
+    # Each update once: the lost attempt's update 2 (past the checkpoint) was dropped and done again.
+    assert [row["update"] for row in read_updates(run_dir / "updates.csv")] == [1, 2, 3]
+    assert cli.leftovers() == []
 
 
 def _cmdline(pid: int) -> bytes:
