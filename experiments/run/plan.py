@@ -90,7 +90,7 @@ def plan_resume(run_dir: Path, run_uuid: str, overrides: Mapping[str, Any]) -> L
         notes.append(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
                      "add --dashboard URL to send the resumed run to one")
     check_can_start(config, run_dir)
-    return LaunchPlan(config, checkpoint, run_uuid, run_dir, dict(checkpoint.machine_choices or {}) if kept else {}, tuple(notes))
+    return LaunchPlan(config, checkpoint, run_uuid, run_dir, checkpoint.machine_choices if kept else {}, tuple(notes))
 
 
 def regrouping_notes(saved: PPOConfig, config: PPOConfig) -> list[str]:
