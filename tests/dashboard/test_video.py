@@ -165,12 +165,6 @@ def test_foreign_host_names_get_no_video(video_dashboard: Dashboard, runs: Runs)
     assert_refused(answer, "Host 'rebind.evil.example'")
 
 
-def test_without_runs_dir_there_are_no_videos(dashboard: Dashboard) -> None:
-    status, answer = get(dashboard, f"/api/v1/videos/{uuid.uuid1().hex}")
-    assert status == 404
-    assert_refused(answer, "start it with --runs-dir")
-
-
 @pytest.mark.slow
 def test_a_runs_dir_created_after_the_start_is_read(tmp_path: Path, no_leftover_processes: None) -> None:
     # The usual order: the dashboard first, then the first training run creates the folder.
