@@ -4,6 +4,10 @@
 animation frames, which a DOM dump never runs), so the test talks to the browser
 instead: load the page, wait until a condition holds in the page, then read the DOM
 and take a screenshot.
+
+A Chromium takes a second or more of CPU to start, so the tests share one (`Chromium`, a session
+fixture in conftest.py) and each opens a `Browser` in it: a tab in a browser context of its own,
+whose storage, cache and cookies start empty as a new profile's and go with it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import psutil
 from dashboard_support import child_env
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -29,7 +34,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-dev-shm-usage", "--remote-debugging-pipe"]
 
 
-class Browser:
+class Chromium:
+    """One headless Chromium, driven over its DevTools pipe; `tab()` opens a page in it."""
+
     def __init__(self, user_data_dir: Path, width: int = 1280, height: int = 1400) -> None:
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
@@ -48,11 +55,6 @@ class Browser:
         os.close(from_browser_w)
         self._buffer = b""
         self._next_id = 0
-        self._session: str | None = None
-        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
     def _read_message(self, method: str, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buffer:
@@ -65,11 +67,12 @@ class Browser:
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
 
-    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
+        """`method` of the browser, or of the page attached as `session`; its result."""
         self._next_id += 1
         command: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
-        if self._session is not None and not method.startswith(("Target.", "Browser.")):
-            command["sessionId"] = self._session
+        if session is not None:
+            command["sessionId"] = session
         os.write(self._to_browser, json.dumps(command).encode() + b"\0")
         deadline = time.monotonic() + REPLY_LIMIT_S  # events may come meanwhile: the cap is on the reply
         while True:
@@ -78,6 +81,57 @@ class Browser:
                 if "error" in message:
                     raise RuntimeError(f'{method}: {message["error"]}')
                 return message["result"]
+
+    def tab(self, width: int = 1280, height: int = 1400) -> Browser:
+        return Browser(self, width, height)
+
+    def processes(self) -> set[int]:
+        """Chromium's own processes: its session's (it starts and ends renderers for its pages as it sees fit)."""
+        found = {self.proc.pid}
+        for pid in psutil.pids():
+            with contextlib.suppress(OSError):  # gone meanwhile
+                if os.getsid(pid) == self.proc.pid:
+                    found.add(pid)
+        return found
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.call("Browser.close")
+        except (OSError, RuntimeError):
+            pass
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+        # Chromium's helper processes share its session; leave none behind.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        os.close(self._to_browser)
+        os.close(self._from_browser)
+
+
+class Browser:
+    """A page: a tab of a shared `Chromium` in a browser context of its own (closing it drops the
+    context with its storage), or, given a profile folder, a Chromium of its own (docs/screenshots.py)."""
+
+    def __init__(self, chromium: Chromium | Path, width: int = 1280, height: int = 1400) -> None:
+        self._own: Chromium | None = None
+        self._context: str | None = None
+        if isinstance(chromium, Chromium):
+            self._chromium = chromium
+            self._context = chromium.call("Target.createBrowserContext")["browserContextId"]
+        else:
+            self._own = self._chromium = Chromium(chromium, width, height)
+        target = self._chromium.call("Target.createTarget", {"url": "about:blank"} | (
+            {} if self._context is None else {"browserContextId": self._context}))["targetId"]
+        self._session = self._chromium.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """`method` of this page (`Browser.*` and `Target.*` go to the browser)."""
+        session = None if method.startswith(("Target.", "Browser.")) else self._session
+        return self._chromium.call(method, params, session)
 
     def evaluate(self, expression: str) -> Any:
         result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True})
@@ -100,19 +154,11 @@ class Browser:
         path.write_bytes(base64.b64decode(data))
 
     def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.call("Browser.close")
-        except (OSError, RuntimeError):
-            pass
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(30)
-        # Chromium's helper processes share its session; leave none behind.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        os.close(self._to_browser)
-        os.close(self._from_browser)
+        if self._own is not None:
+            self._own.close()
+            return
+        with contextlib.suppress(OSError, RuntimeError):  # a browser that stopped answering fails its test elsewhere
+            self._chromium.call("Target.disposeBrowserContext", {"browserContextId": self._context})
 
     def __enter__(self) -> Browser:
         return self

@@ -1,23 +1,54 @@
-"""Fixtures: a dashboard per test module, a finished probe run, a process-leak check."""
+"""Fixtures: a dashboard per test module, a finished probe run, a process-leak check, and one
+Chromium for the session's browser tests."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 
+import psutil
 import pytest
+from browser import Chromium
 from dashboard_support import Dashboard, finished_probe_run, marked_processes
 
 from tests.process_table import descendants
 
+_shared_chromium: list[Chromium] = []
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
+    """One headless Chromium for the session's browser tests (it takes a second or more to start);
+    a test opens its page with `chromium.tab()`, in a browser context of its own."""
+    browser = Chromium(tmp_path_factory.mktemp("chromium-profile"))
+    _shared_chromium.append(browser)
+    try:
+        yield browser
+    finally:
+        _shared_chromium.remove(browser)
+        browser.close()
+
 
 @pytest.fixture
 def no_leftover_processes() -> Iterator[None]:
-    """Fails the test if it leaves any process behind (fixtures from outside it excepted)."""
+    """Fails the test if it leaves any process behind (fixtures from outside it excepted, the
+    session's Chromium among them: it starts and ends renderers for its tabs as it sees fit)."""
     before = set(descendants(os.getpid())) | marked_processes()
     yield
+    chromiums = set().union(*(shared.processes() for shared in _shared_chromium))
     left = (set(descendants(os.getpid())) | marked_processes()) - before
-    assert not left, f"processes left behind: {sorted(left)}"
+    left -= chromiums | set().union(*(shared.processes() for shared in _shared_chromium))  # a renderer may come or go meanwhile
+    assert not left, f"processes left behind: {described(left)}"
+
+
+def described(pids: set[int]) -> list[str]:
+    found = []
+    for pid in sorted(pids):
+        try:
+            found.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:200]}")
+        except psutil.Error:
+            found.append(f"{pid} (gone)")
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM, Browser
+from browser import CHROMIUM, Chromium
 from dashboard_support import Dashboard
 
 pytestmark = [pytest.mark.browser,
@@ -19,8 +19,8 @@ PAGE_LIMIT_S = 60.0
 
 
 def test_run_page_renders_with_local_libraries(dashboard: Dashboard, finished_run: str, tmp_path: Path,
-                                               no_leftover_processes: None) -> None:
-    with Browser(tmp_path / "chromium-profile") as browser:
+                                               no_leftover_processes: None, chromium: Chromium) -> None:
+    with chromium.tab() as browser:
         browser.load(f"{dashboard.url}/run/{finished_run}")
         drawn = browser.wait_until(
             "document.querySelector('.run h3') !== null && document.body.innerText.includes('probe')"
@@ -41,8 +41,8 @@ def test_run_page_renders_with_local_libraries(dashboard: Dashboard, finished_ru
 
 
 def test_hyperparameter_page_lists_the_live_values_and_is_off_for_an_ended_run(
-        dashboard: Dashboard, finished_run: str, tmp_path: Path, no_leftover_processes: None) -> None:
-    with Browser(tmp_path / "chromium-profile", height=700) as browser:
+        dashboard: Dashboard, finished_run: str, tmp_path: Path, no_leftover_processes: None, chromium: Chromium) -> None:
+    with chromium.tab(height=700) as browser:
         browser.load(f"{dashboard.url}/hyperparams/{finished_run}")
         listed = browser.wait_until("document.querySelectorAll('#params input').length === 5", PAGE_LIMIT_S)
         names = browser.evaluate("[...document.querySelectorAll('#params input')].map(i => i.name).join(',')")

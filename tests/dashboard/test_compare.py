@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from browser import CHROMIUM, Browser
+from browser import CHROMIUM, Browser, Chromium
 from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, ProbeRun, Process
 
 from dashboard.client import MAX_COMPARED_RUNS, compare_line
@@ -208,9 +208,9 @@ def click(browser: Browser, selector: str) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
 def test_runs_ticked_in_the_list_are_drawn_side_by_side(dashboard: Dashboard, seeds: dict[str, Any], tmp_path: Path,
-                                                        no_leftover_processes: None) -> None:
+                                                        no_leftover_processes: None, chromium: Chromium) -> None:
     a, b = seeds["uuids"]
-    with Browser(tmp_path / "chromium-profile", height=1200) as browser:
+    with chromium.tab(height=1200) as browser:
         browser.load(f"{dashboard.url}/runs")
         assert browser.wait_until(f"document.querySelector('input[data-run=\"{b}\"]') !== null", PAGE_LIMIT_S)
         for run in (a, b):

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM, Browser
+from browser import CHROMIUM, Chromium
 from dashboard_support import Dashboard, ProbeRun
 
 pytestmark = [pytest.mark.browser,
@@ -24,8 +24,8 @@ WITH_TEXT = "(t => [...document.querySelectorAll('body *')].filter(el => el.text
 
 
 def test_the_menu_and_settings_offer_only_what_works_locally(
-        dashboard: Dashboard, finished_run: str, tmp_path: Path, no_leftover_processes: None) -> None:
-    with Browser(tmp_path / "chromium-profile", height=700) as browser:
+        dashboard: Dashboard, finished_run: str, no_leftover_processes: None, chromium: Chromium) -> None:
+    with chromium.tab(height=700) as browser:
         browser.load(f"{dashboard.url}/runs")
         assert browser.wait_until("document.body.innerText.includes('probe')", PAGE_LIMIT_S)
         browser.evaluate("document.querySelector('.nav-link, .burger, nav button, .fa-bars, .fas').click()")
@@ -46,8 +46,8 @@ def test_the_menu_and_settings_offer_only_what_works_locally(
 
 
 def test_the_run_page_has_no_share_button_and_the_config_toggles_work(
-        dashboard: Dashboard, finished_run: str, tmp_path: Path, no_leftover_processes: None) -> None:
-    with Browser(tmp_path / "chromium-profile") as browser:
+        dashboard: Dashboard, finished_run: str, no_leftover_processes: None, chromium: Chromium) -> None:
+    with chromium.tab() as browser:
         browser.load(f"{dashboard.url}/run/{finished_run}")
         assert browser.wait_until("document.querySelector('.labml-card svg path') !== null"
                                   " && document.body.innerText.includes('learning_rate')", PAGE_LIMIT_S)  # the card drawn
@@ -88,12 +88,12 @@ def saved(dashboard: Dashboard, run_uuid: str, key: str) -> bool:
 
 
 def test_a_short_run_s_chart_draws_its_first_score_inside_the_axes(
-        dashboard: Dashboard, tmp_path: Path, no_leftover_processes: None) -> None:
+        dashboard: Dashboard, tmp_path: Path, no_leftover_processes: None, chromium: Chromium) -> None:
     # 0.0 first, then 31 scores from 2.0 to 2.3: labml-app's chart left the 0.0 out of its y axis.
     run = ProbeRun(tmp_path / "short", f"{dashboard.url}/api/v1/default", script=SHORT_RUN)
     run_uuid = run.run_uuid()
     assert run.wait() == 0 and "FINISHED" in run.output, run.output
-    with Browser(tmp_path / "chromium-profile") as browser:
+    with chromium.tab() as browser:
         browser.load(f"{dashboard.url}/run/{run_uuid}")
         assert browser.wait_until("document.querySelector('.labml-card path.smoothed-line') !== null", PAGE_LIMIT_S)
         line, axis = browser.evaluate(
@@ -105,11 +105,11 @@ def test_a_short_run_s_chart_draws_its_first_score_inside_the_axes(
 
 
 def test_after_apply_the_input_shows_the_new_value_while_it_is_pending(
-        dashboard: Dashboard, tmp_path: Path, no_leftover_processes: None) -> None:
+        dashboard: Dashboard, tmp_path: Path, no_leftover_processes: None, chromium: Chromium) -> None:
     run = ProbeRun(tmp_path / "live", f"{dashboard.url}/api/v1/default", "100000", "--until", "learning_rate=0.005")
     try:
         run_uuid = run.run_uuid()
-        with Browser(tmp_path / "chromium-profile", height=700) as browser:
+        with chromium.tab(height=700) as browser:
             browser.load(f"{dashboard.url}/hyperparams/{run_uuid}")
             assert browser.wait_until("document.querySelectorAll('#params input').length === 5"
                                       " && !document.getElementById('apply').disabled", PAGE_LIMIT_S)

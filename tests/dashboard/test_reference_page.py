@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM, Browser
+from browser import CHROMIUM, Browser, Chromium
 
 from configs.cli import build_parser
 from configs.ppo import PPOConfig
@@ -46,9 +46,9 @@ def reference_page(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.mark.parametrize(("width", "height", "phone"), [(1280, 900, False), (390, 844, True)])
 def test_the_reference_fits_the_screen_and_keeps_option_names_whole(
-        reference_page: str, tmp_path: Path, width: int, height: int, phone: bool) -> None:
+        reference_page: str, width: int, height: int, phone: bool, chromium: Chromium) -> None:
     options = [a.option_strings[0] for a in build_parser("x", "")._actions if a.dest in PPOConfig.__dataclass_fields__]
-    with Browser(tmp_path / "chromium-profile", width=width, height=height) as browser:
+    with chromium.tab(width=width, height=height) as browser:
         # A phone: its viewport, and the page laid out for it (the theme's narrow layout).
         browser.call("Emulation.setDeviceMetricsOverride",
                      {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": phone})

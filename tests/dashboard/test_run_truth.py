@@ -1,8 +1,8 @@
-"""A run's whole history on the dashboard, with real tiny runs and a real dashboard: a run that
-joins late (trained without a dashboard, resumed with one) brings its updates, a run resumed with
-the dashboard continues the same series without a repeated point, the runs list says when the run
-began, the run page's console ends with the run's summary, and the summary labels the leg's and
-the run's steps and time apart."""
+"""A run's whole history on the dashboard, with a real tiny run in three legs and a real dashboard:
+the run joins late (trained without a dashboard, resumed with one) and brings its updates, then,
+resumed with the dashboard again, continues the same series without a repeated point; the runs
+list says when the run began, the run page's console ends with the run's summary, and the summary
+labels the leg's and the run's steps and time apart."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from dashboard_support import REPO, Dashboard, Process
 
 from experiments.run.report import earlier_wall_time, summary_line
 from experiments.run.updates_csv import read_updates
+from tests.conftest import Cli, run_once
 
 pytestmark = pytest.mark.slow
 # 2 games × 32 steps = 64 agent steps an update, stepped in the trainer's process (what is checked
@@ -28,7 +29,9 @@ pytestmark = pytest.mark.slow
 TINY = ["--backend", "serial", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "32",
         "--minibatches", "2", "--epochs", "1",
         "--max-episode-frames", "200", "--updates", "5"]
-FIRST_LEG = ["--stop-after-env-steps", "192"]  # 3 updates, then the rest on --resume
+# The first leg: 3 updates without a dashboard, made once a session (test_tweak_unknown_run.py
+# reads a copy of the same run); the next legs resume it with the dashboard to update 4, then 5.
+FIRST_LEG = [*TINY, "--stop-after-env-steps", "192"]
 STEPS = [64.0, 128.0, 192.0, 256.0, 320.0]
 
 
@@ -38,11 +41,6 @@ def train(data_dir: Path, *args: str) -> Process:
     return run
 
 
-def run_uuid_of(run: Process) -> str:
-    line = run.wait_for_line(lambda line: line.startswith("breakout run "))
-    return line.split()[2]
-
-
 def series(dashboard: Dashboard, run_uuid: str) -> dict[str, dict[str, list[float]]]:
     """Every series the dashboard keeps for the run: steps and values (float32, as it sends them)."""
     _, metrics = dashboard.request("POST", f"/api/v1/metrics/{run_uuid}", {"get_all": True})
@@ -50,10 +48,8 @@ def series(dashboard: Dashboard, run_uuid: str) -> dict[str, dict[str, list[floa
             for s in metrics["series"]}
 
 
-def assert_series_match_the_run_folder(dashboard: Dashboard, run_uuid: str, run_dir: Path) -> None:
-    rows = read_updates(run_dir / "updates.csv")
-    assert [row["env_step"] for row in rows] == STEPS
-    shown = series(dashboard, run_uuid)
+def assert_series_match(shown: dict[str, dict[str, list[float]]], rows: list[dict[str, float | None]]) -> None:
+    """The dashboard's series are the run's updates.csv: each update once, in order, at its step."""
     for name in ("policy_loss", "value_loss", "entropy", "learning_rate", "score_mean_100"):
         expected = [(row["env_step"], row[name]) for row in rows if row[name] is not None]
         assert shown[name]["step"] == [step for step, _ in expected], name  # each update once, in order
@@ -77,48 +73,53 @@ def console(dashboard: Dashboard, run_uuid: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def late_join(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A run trained 3 updates without a dashboard, then resumed with one to its 5th."""
+def legs(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The run's first leg (3 updates, no dashboard), resumed with the dashboard to its 4th update
+    (the late join: what the dashboard held then is kept here), then resumed with it again to its 5th."""
     data_dir = tmp_path_factory.mktemp("runs")
-    run_uuid = run_uuid_of(train(data_dir, *FIRST_LEG))
-    resumed = train(data_dir, "--resume", run_uuid, "--stop-after-env-steps", "none", "--dashboard", dashboard.url)
+    run_uuid = run_once(Cli(), data_dir, *FIRST_LEG)["run_uuid"]
     run_dir = data_dir / "breakout" / run_uuid
-    return {"run_uuid": run_uuid, "run_dir": run_dir, "output": resumed.output,
+    late = train(data_dir, "--resume", run_uuid, "--stop-after-env-steps", "256", "--dashboard", dashboard.url)
+    joined = {"output": late.output, "rows": read_updates(run_dir / "updates.csv"), "series": series(dashboard, run_uuid)}
+    last = train(data_dir, "--resume", run_uuid, "--stop-after-env-steps", "none", "--dashboard", dashboard.url)
+    return {"run_uuid": run_uuid, "run_dir": run_dir, "joined": joined, "output": last.output,
             "summary": json.loads((run_dir / "summary.json").read_text())}
 
 
-def test_a_run_that_joins_late_brings_its_history(dashboard: Dashboard, late_join: dict[str, Any]) -> None:
-    run_uuid = late_join["run_uuid"]
-    assert "sent the run's history to the dashboard: 3 updates" in late_join["output"]
-    assert_series_match_the_run_folder(dashboard, run_uuid, late_join["run_dir"])
+def test_a_run_that_joins_late_brings_its_history(dashboard: Dashboard, legs: dict[str, Any]) -> None:
+    joined = legs["joined"]
+    assert "sent the run's history to the dashboard: 3 updates" in joined["output"]
+    assert [row["env_step"] for row in joined["rows"]] == STEPS[:4]
+    assert_series_match(joined["series"], joined["rows"])
     # The runs list says when the run began (its uuid's time), not when the dashboard first heard of it.
-    started = listed(dashboard, run_uuid)["start_time"]
-    assert started == pytest.approx(uuid_time(run_uuid), abs=1e-3)
+    started = listed(dashboard, legs["run_uuid"])["start_time"]
+    assert started == pytest.approx(uuid_time(legs["run_uuid"]), abs=1e-3)
 
 
-def test_the_end_summary_labels_the_legs_and_the_runs_steps_and_time(late_join: dict[str, Any]) -> None:
-    summary = late_join["summary"]
-    assert summary["leg_env_steps"] == 128 and summary["env_steps"] == 320
+def test_the_end_summary_labels_the_legs_and_the_runs_steps_and_time(legs: dict[str, Any]) -> None:
+    summary = legs["summary"]
+    assert summary["leg_env_steps"] == 64 and summary["env_steps"] == 320
     assert summary["run_wall_time_s"] > summary["wall_time_s"] > 0
-    line = next(line for line in late_join["output"].splitlines() if line.startswith("completed: "))
-    assert re.fullmatch(r"completed: update 5 of 5 · this leg: 128 agent steps in 0:\d\d:\d\d \(\d+ steps/s, start-up "
+    line = next(line for line in legs["output"].splitlines() if line.startswith("completed: "))
+    assert re.fullmatch(r"completed: update 5 of 5 · this leg: 64 agent steps in 0:\d\d:\d\d \(\d+ steps/s, start-up "
                         r"included\) · the run: 320 agent steps in 0:\d\d:\d\d · score .*", line), line
 
 
-def test_the_run_pages_console_ends_with_the_summary(dashboard: Dashboard, late_join: dict[str, Any]) -> None:
-    lines = console(dashboard, late_join["run_uuid"])
+def test_the_run_pages_console_ends_with_the_summary(dashboard: Dashboard, legs: dict[str, Any]) -> None:
+    lines = console(dashboard, legs["run_uuid"])
     assert not any("Still updating labml server" in line for line in lines), lines[-5:]
     assert any(line.startswith("completed: update 5 of 5 · this leg") for line in lines), lines[-12:]
     # The last line the run printed: its page's address (labml words it with or without "Monitor experiment at").
-    assert lines[-1].strip().endswith(f"{dashboard.url}/run/{late_join['run_uuid']}"), lines[-3:]
+    assert lines[-1].strip().endswith(f"{dashboard.url}/run/{legs['run_uuid']}"), lines[-3:]
 
 
-def test_a_run_resumed_with_the_dashboard_continues_the_same_series(dashboard: Dashboard,
-                                                                    tmp_path: Path) -> None:
-    run_uuid = run_uuid_of(train(tmp_path, *FIRST_LEG, "--dashboard", dashboard.url))
-    train(tmp_path, "--resume", run_uuid, "--stop-after-env-steps", "none", "--dashboard", dashboard.url)
-    assert_series_match_the_run_folder(dashboard, run_uuid, tmp_path / "breakout" / run_uuid)
-    assert listed(dashboard, run_uuid)["start_time"] == pytest.approx(uuid_time(run_uuid), abs=1e-3)
+def test_a_run_resumed_with_the_dashboard_continues_the_same_series(dashboard: Dashboard, legs: dict[str, Any]) -> None:
+    # The resume posts the whole history again; the dashboard keeps only the update it lacks.
+    assert "sent the run's history to the dashboard: 4 updates" in legs["output"]
+    rows = read_updates(legs["run_dir"] / "updates.csv")
+    assert [row["env_step"] for row in rows] == STEPS
+    assert_series_match(series(dashboard, legs["run_uuid"]), rows)
+    assert listed(dashboard, legs["run_uuid"])["start_time"] == pytest.approx(uuid_time(legs["run_uuid"]), abs=1e-3)
 
 
 def test_one_legs_summary_is_the_runs() -> None:

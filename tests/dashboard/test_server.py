@@ -9,10 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 from dashboard_support import REPO, Dashboard, child_env, finished_probe_run, free_port
+from http_support import assert_refused, send
 
 from tests.process_table import descendants
 
@@ -49,6 +51,13 @@ def test_static_files_never_leave_their_folder(dashboard: Dashboard, path: str) 
         assert HOSTNAME.encode() not in body or status != 200
     # Refused outright, or (for paths that normalise into the folder) the app's page.
     assert status == 404 or (status == 200 and body.lstrip().startswith(b"<!DOCTYPE html>")), (status, body[:200])
+
+
+def test_without_runs_dir_there_are_no_videos(dashboard: Dashboard) -> None:
+    # A dashboard started without --runs-dir (test_video.py reads videos with one).
+    status, answer = send(dashboard, "GET", f"/api/v1/videos/{uuid.uuid1().hex}")
+    assert status == 404
+    assert_refused(answer, "start it with --runs-dir")
 
 
 def test_front_end_is_served_with_local_libraries(dashboard: Dashboard) -> None:

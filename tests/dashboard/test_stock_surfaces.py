@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM, Browser
+from browser import CHROMIUM, Browser, Chromium
 from dashboard_support import Dashboard, finished_probe_run
 
 pytestmark = [pytest.mark.browser,
@@ -38,8 +38,8 @@ def visible_with_text(browser: Browser, text: str) -> int:
 
 
 def test_the_empty_dashboard_says_how_to_send_a_run_and_offers_no_stock_menu(
-        dashboard: Dashboard, tmp_path: Path, no_leftover_processes: None) -> None:
-    with Browser(tmp_path / "chromium-profile", height=700) as browser:
+        dashboard: Dashboard, no_leftover_processes: None, chromium: Chromium) -> None:
+    with chromium.tab(height=700) as browser:
         browser.load(f"{dashboard.url}/runs")
         told = browser.wait_until("document.body.innerText.includes('No runs here yet')", PAGE_LIMIT_S)
         text = browser.evaluate("document.body.innerText")
@@ -64,9 +64,9 @@ def filmed_run(dashboard: Dashboard, runs_dir: Path, tmp_path_factory: pytest.Te
     return run_uuid
 
 
-def test_the_run_page_offers_no_comparison(dashboard: Dashboard, filmed_run: str, tmp_path: Path,
-                                            no_leftover_processes: None) -> None:
-    with Browser(tmp_path / "chromium-profile") as browser:
+def test_the_run_page_offers_no_comparison(dashboard: Dashboard, filmed_run: str,
+                                            no_leftover_processes: None, chromium: Chromium) -> None:
+    with chromium.tab() as browser:
         browser.load(f"{dashboard.url}/run/{filmed_run}")
         drawn = browser.wait_until("document.querySelector('.labml-card svg path') !== null"
                                    " && document.body.innerText.includes('CONFIGURATIONS')", PAGE_LIMIT_S)
@@ -82,8 +82,8 @@ def test_the_run_page_offers_no_comparison(dashboard: Dashboard, filmed_run: str
 @pytest.mark.parametrize(("width", "floating"), [(1280, True), (420, False)])
 def test_the_video_panel_floats_only_on_a_wide_window(dashboard: Dashboard, filmed_run: str, tmp_path: Path,
                                                       width: int, floating: bool,
-                                                      no_leftover_processes: None) -> None:
-    with Browser(tmp_path / "chromium-profile", width=width, height=800) as browser:
+                                                      no_leftover_processes: None, chromium: Chromium) -> None:
+    with chromium.tab(width=width, height=800) as browser:
         browser.load(f"{dashboard.url}/run/{filmed_run}")
         shown = browser.wait_until("document.getElementById('dashboard-run-video') !== null && "
                                    f"{VISIBLE}(document.getElementById('dashboard-run-video'))", PAGE_LIMIT_S)

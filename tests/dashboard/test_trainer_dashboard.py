@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import CHROMIUM, Browser
+from browser import CHROMIUM, Browser, Chromium
 from dashboard_support import REPO, Dashboard, Process, free_port, run_tool
 from test_live_run import series_of
 
@@ -133,7 +133,7 @@ def test_training_run_reaches_dashboard_and_takes_a_live_change(dashboard: Dashb
 
 @pytest.mark.browser
 def test_an_interrupted_and_a_faulted_run_show_their_status(dashboard: Dashboard, breakout_run: dict[str, Any],
-                                                            faulted_run: dict[str, Any], tmp_path: Path) -> None:
+                                                            faulted_run: dict[str, Any], request: pytest.FixtureRequest) -> None:
     assert run_log(breakout_run["run_dir"])["status"] == "interrupted"
     faulted = faulted_run["summary"]
     assert faulted["status"] == "crashed" and faulted["error"].startswith("WorkerKeepsFailing")
@@ -144,7 +144,8 @@ def test_an_interrupted_and_a_faulted_run_show_their_status(dashboard: Dashboard
         assert status == 200 and data["run_status"]["status"] == expected, data
     if not CHROMIUM.exists():
         pytest.skip("the browser half needs Debian chromium")
-    with Browser(tmp_path / "chromium-profile") as browser:
+    chromium: Chromium = request.getfixturevalue("chromium")  # asked for here: the half above runs without it
+    with chromium.tab() as browser:
         for run, expected in [(breakout_run, "interrupted"), (faulted_run, "crashed")]:
             browser.load(f"{dashboard.url}/run/{run['run_uuid']}")
             shown = browser.wait_until(f"[...document.querySelectorAll('.run .status')].some(s => s.textContent === '{expected}')",
@@ -156,8 +157,8 @@ def test_an_interrupted_and_a_faulted_run_show_their_status(dashboard: Dashboard
 
 @needs_chromium
 def test_runs_list_shows_game_short_uuid_status_and_score(dashboard: Dashboard, breakout_run: dict[str, Any],
-                                                          faulted_run: dict[str, Any], tmp_path: Path) -> None:
-    with Browser(tmp_path / "chromium-profile", height=700) as browser:
+                                                          faulted_run: dict[str, Any], tmp_path: Path, chromium: Chromium) -> None:
+    with chromium.tab(height=700) as browser:
         browser.load(f"{dashboard.url}/runs")
         listed = browser.wait_until(
             "document.querySelectorAll('.list-item').length >= 2"
@@ -183,9 +184,9 @@ def test_runs_list_shows_game_short_uuid_status_and_score(dashboard: Dashboard, 
 
 @needs_chromium
 def test_run_page_charts_the_score_and_lists_set_options_and_live_values(
-        dashboard: Dashboard, breakout_run: dict[str, Any], tmp_path: Path) -> None:
+        dashboard: Dashboard, breakout_run: dict[str, Any], tmp_path: Path, chromium: Chromium) -> None:
     run_uuid = breakout_run["run_uuid"]
-    with Browser(tmp_path / "chromium-profile", height=2100) as browser:  # tall enough to show every card
+    with chromium.tab(height=2100) as browser:  # tall enough to show every card
         browser.load(f"{dashboard.url}/run/{run_uuid}")
         card = "[...document.querySelectorAll('.labml-card')].find(c => c.querySelector('h3')?.textContent === '{}')"
         drawn = browser.wait_until(
@@ -217,10 +218,10 @@ def test_run_page_charts_the_score_and_lists_set_options_and_live_values(
 
 
 @needs_chromium
-def test_hyperparameter_page_looks_like_the_app(dashboard: Dashboard, breakout_run: dict[str, Any], tmp_path: Path) -> None:
+def test_hyperparameter_page_looks_like_the_app(dashboard: Dashboard, breakout_run: dict[str, Any], tmp_path: Path, chromium: Chromium) -> None:
     style = ("(() => { const s = getComputedStyle(document.body), c = document.querySelector('.labml-card');"
              " return [s.fontFamily, s.backgroundColor, s.color, c && getComputedStyle(c).backgroundColor]; })()")
-    with Browser(tmp_path / "chromium-profile", height=700) as browser:
+    with chromium.tab(height=700) as browser:
         browser.load(f"{dashboard.url}/run/{breakout_run['run_uuid']}")
         assert browser.wait_until("document.querySelector('.labml-card') !== null", PAGE_LIMIT_S)
         app_style = browser.evaluate(style)
@@ -237,13 +238,13 @@ def test_hyperparameter_page_looks_like_the_app(dashboard: Dashboard, breakout_r
 # ---- item 12: viewing runs logs no "unknown repo url" ---------------------------------------------
 
 @needs_chromium
-def test_page_views_log_no_unknown_repo_url(dashboard: Dashboard, tmp_path: Path) -> None:
+def test_page_views_log_no_unknown_repo_url(dashboard: Dashboard, chromium: Chromium) -> None:
     # A run whose git remote is not a hosted one (labml-app logged an error on every view of it).
     run_uuid = "0" * 31 + "c"
     packet = {"name": "local remote", "repo_remotes": ["/srv/code/project"], "commit": "unknown", "time": time.time()}
     status, answer = dashboard.request("POST", f"/api/v1/default/track?run_uuid={run_uuid}&labml_version=0.5.3", packet)
     assert status == 200 and not answer.get("errors"), answer
-    with Browser(tmp_path / "chromium-profile", height=700) as browser:
+    with chromium.tab(height=700) as browser:
         for page in ("/runs", f"/run/{run_uuid}"):
             browser.load(dashboard.url + page)
             assert browser.wait_until("document.querySelector('.list-item, .run h3') !== null", PAGE_LIMIT_S)

@@ -10,8 +10,13 @@ import sys
 from pathlib import Path
 
 from dashboard_support import REPO, Dashboard, child_env, run_tool
+from test_run_truth import FIRST_LEG
 
-TINY = ["--updates", "1", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1"]
+from tests.conftest import Cli, run_once
+
+# Where a run reported is all that matters here: its 2 games step in the trainer's own process.
+TINY = ["--updates", "1", "--backend", "serial", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "16",
+        "--minibatches", "2", "--epochs", "1"]
 
 
 def train(data_dir: Path, *args: str) -> str:
@@ -34,7 +39,8 @@ def test_a_run_found_nowhere_names_the_dashboard_asked(dashboard: Dashboard, tmp
 
 
 def test_a_run_never_sent_to_a_dashboard_is_said_to_be_one(dashboard: Dashboard, tmp_path: Path) -> None:
-    run_uuid = train(tmp_path / "runs")
+    # Any run trained without a dashboard: a copy of test_run_truth.py's first leg (made once a session).
+    run_uuid = run_once(Cli(), tmp_path / "runs", *FIRST_LEG)["run_uuid"]
     listing = run_tool("experiments.tweak", run_uuid, "--dashboard", dashboard.url, "--data-dir", str(tmp_path / "runs"))
     assert listing.returncode == 2 and listing.stdout == ""
     assert listing.stderr == (unknown(run_uuid, dashboard.url) + f". Its folder {tmp_path / 'runs' / 'breakout' / run_uuid} is here, "

@@ -22,7 +22,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from browser import CHROMIUM, Browser
+from browser import CHROMIUM, Browser, Chromium
 from dashboard_support import REPO, Dashboard, Process, run_tool
 from http_support import assert_refused, send
 
@@ -165,12 +165,6 @@ def test_foreign_host_names_get_no_video(video_dashboard: Dashboard, runs: Runs)
     assert_refused(answer, "Host 'rebind.evil.example'")
 
 
-def test_without_runs_dir_there_are_no_videos(dashboard: Dashboard) -> None:
-    status, answer = get(dashboard, f"/api/v1/videos/{uuid.uuid1().hex}")
-    assert status == 404
-    assert_refused(answer, "start it with --runs-dir")
-
-
 @pytest.mark.slow
 def test_a_runs_dir_created_after_the_start_is_read(tmp_path: Path, no_leftover_processes: None) -> None:
     # The usual order: the dashboard first, then the first training run creates the folder.
@@ -233,9 +227,9 @@ def _play(browser: Browser, url: str) -> tuple[bool, list]:
 @pytest.mark.browser
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
 def test_run_page_plays_the_latest_video(video_dashboard: Dashboard, filmed_run: str, tmp_path: Path,
-                                         no_leftover_processes: None) -> None:
+                                         no_leftover_processes: None, chromium: Chromium) -> None:
     player = "document.getElementById('dashboard-run-video-player')"
-    with Browser(tmp_path / "chromium-profile") as browser:
+    with chromium.tab() as browser:
         browser.load(f"{video_dashboard.url}/run/{filmed_run}")
         settled = browser.wait_until(
             f"{player} !== null && ({player}.readyState >= {HAVE_CURRENT_DATA} || {player}.error !== null)"
@@ -256,12 +250,12 @@ def test_run_page_plays_the_latest_video(video_dashboard: Dashboard, filmed_run:
 @pytest.mark.browser
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
 def test_browser_plays_h264_and_not_the_old_mp4v(video_dashboard: Dashboard, filmed_run: str, runs: Runs,
-                                                 tmp_path: Path, no_leftover_processes: None) -> None:
+                                                 no_leftover_processes: None, chromium: Chromium) -> None:
     old_run = uuid.uuid1().hex
     old = runs.runs_dir / "old" / old_run / "old.mp4"
     old.parent.mkdir(parents=True)
     _mp4v_file(old)
-    with Browser(tmp_path / "chromium-profile") as browser:
+    with chromium.tab() as browser:
         browser.load(f"{video_dashboard.url}/hyperparams/{filmed_run}")  # any page of the dashboard
         h264 = _play(browser, f"/api/v1/videos/{filmed_run}/videos/update_000002.mp4")
         browser.evaluate("probe.remove(); true")
