@@ -2,7 +2,7 @@
 pool and Ray actors (`ray`, marked `ray`). Real games everywhere; real processes, real signals
 where a transport has processes. Four parts of the contract are checked over Ray by a test of
 tests/test_ray.py that asserts more of the same pool (torch never imported, an exception's
-report, a killed worker noticed at once, close): those run here over the local transports only
+report, a killed worker noticed at once, the state's round trip, close): those run here over the local transports only
 (LOCAL_ONLY), as every Ray actor is a process of its own to start.
 """
 
@@ -204,7 +204,7 @@ def test_failures_are_replaced_within_the_restart_policy(make: PoolFactory) -> N
         assert pool.restarts == 3
 
 
-@pytest.mark.parametrize("make", TRANSPORTS, indirect=True)
+@pytest.mark.parametrize("make", LOCAL_ONLY, indirect=True)  # Ray: test_state_saved_by_the_local_pool_resumes_exactly_on_ray
 def test_state_round_trip_through_workers(make: PoolFactory) -> None:
     with make(specs(2)) as pool:
         for _ in range(20):

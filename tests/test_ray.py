@@ -145,8 +145,11 @@ def test_state_saved_by_the_local_pool_resumes_exactly_on_ray(ray_instance) -> N
         expected = [local.step(a) and local.observations.copy() for a in actions]
     with ray_pool(specs) as remote:
         remote.set_state(state)
+        again = remote.get_state()  # and the actors' own state, set back: the pool contract's round trip (tests/test_pool.py)
         got = [remote.step(a) and remote.observations.copy() for a in actions]
         np.testing.assert_array_equal(np.stack(expected), np.stack(got))
+        remote.set_state(again)
+        np.testing.assert_array_equal(np.stack(got), np.stack([remote.step(a) and remote.observations.copy() for a in actions]))
 
 
 @requires_ray
