@@ -1,9 +1,9 @@
 """The pool contract, run over every transport: local processes (`pipe`), the in-process `serial`
 pool and Ray actors (`ray`, marked `ray`). Real games everywhere; real processes, real signals
-where a transport has processes. Four parts of the contract are checked over Ray by a test of
-tests/test_ray.py that asserts more of the same pool (torch never imported, an exception's
-report, a killed worker noticed at once, the state's round trip, close): those run here over the local transports only
-(LOCAL_ONLY), as every Ray actor is a process of its own to start.
+where a transport has processes. Five parts of the contract are checked over Ray by a test of
+tests/test_ray.py that asserts more of the same pool (torch never imported, an exception's report,
+a killed worker noticed at once, the state's round trip, close): those run here over the local
+transports only (LOCAL_ONLY), as every Ray actor is a process of its own to start.
 """
 
 from __future__ import annotations
