@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dashboard.client import DashboardError, get_hyperparams
-from experiments.run.folders import find_run, running_pid
+from experiments.run.folders import checkpoint_path, find_run, running_pid
 from game.vector.ray_actors import ray_installed
 from ppo.checkpoint import read_checkpoint
 from tests.conftest import REPO, Cli
@@ -53,17 +53,20 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
         run_dirs = wait_for(lambda: all(d := [find_run(data, m["run_uuid"]) for m in state["members"]]) and d, process, "run folders")
         updates = [d / "updates.csv" for d in run_dirs]
         wait_for(lambda: all(u.exists() and rows_of(u) for u in updates), process, "a first update of each member")
-        # As a person would: once the dashboard shows member 0 running (it has reported its values).
-        url, member_0 = state["fixed"]["dashboard"], state["members"][0]["run_uuid"]
-        wait_for(lambda: reported(url, member_0), process, "member 0 running on the dashboard")
-        tweak = cli.run("experiments.tweak", member_0, f"learning_rate={HAND_LR}", "--dashboard", url)
-        # In use: member 0's updates.csv shows the hand-set base, annealed over 1,000 updates.
-        wait_for(lambda: any(float(r["learning_rate"]) == pytest.approx(HAND_LR * (1 - (int(r["update"]) - 1) / UPDATES))
-                             for r in rows_of(updates[0])), process, "the hand-set learning rate in member 0's updates.csv")
+        # Member 1 killed first, so that its new process starts while member 0 is tweaked (the two
+        # members' stories are apart: one's tweak, the other's kill); once it has a checkpoint to go on from.
+        wait_for(lambda: checkpoint_path(run_dirs[1]).exists(), process, "member 1's first checkpoint")
         killed = running_pid(run_dirs[1])
         assert killed is not None
         last_before = int(rows_of(updates[1])[-1]["update"])
         os.kill(killed, signal.SIGKILL)
+        # As a person would: once the dashboard shows member 0 running (it has reported its values).
+        url, member_0 = state["fixed"]["dashboard"], state["members"][0]["run_uuid"]
+        wait_for(lambda: reported(url, member_0), process, "member 0 running on the dashboard")
+        tweak = cli.run("experiments.tweak", member_0, f"learning_rate={HAND_LR}", "--dashboard", url)
+        # In use: member 0's updates.csv shows the hand-set base, annealed over the run's updates.
+        wait_for(lambda: any(float(r["learning_rate"]) == pytest.approx(HAND_LR * (1 - (int(r["update"]) - 1) / UPDATES))
+                             for r in rows_of(updates[0])), process, "the hand-set learning rate in member 0's updates.csv")
         wait_for(lambda: running_pid(run_dirs[1]) not in (None, killed) and int(rows_of(updates[1])[-1]["update"]) > last_before,
                  process, "member 1 training again after its kill")
         process.terminate()  # SIGTERM to the driver alone, as `kill PID` or a service manager sends

@@ -1,6 +1,9 @@
 """The pool contract, run over every transport: local processes (`pipe`), the in-process `serial`
 pool and Ray actors (`ray`, marked `ray`). Real games everywhere; real processes, real signals
-where a transport has processes.
+where a transport has processes. Five parts of the contract are checked over Ray by a test of
+tests/test_ray.py that asserts more of the same pool (torch never imported, an exception's report,
+a killed worker noticed at once, the state's round trip, close): those run here over the local
+transports only (LOCAL_ONLY), as every Ray actor is a process of its own to start.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from tests.process_table import is_alive
 PoolFactory = Callable[..., EnvPool]
 PROCESS_TRANSPORTS = ["pipe", pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.skipif(not ray_installed(), reason="Ray is not installed")])]
 TRANSPORTS = ["serial", *PROCESS_TRANSPORTS]
+LOCAL_ONLY = ["serial", "pipe"]  # the Ray transport's check of the same is in tests/test_ray.py, named at each use
 
 
 @pytest.fixture
@@ -90,9 +94,10 @@ def test_games_ending_on_the_same_step_are_reported_in_env_order(make: PoolFacto
 
 @pytest.mark.parametrize("make", TRANSPORTS, indirect=True)
 def test_halves_step_while_the_caller_works(make: PoolFactory) -> None:
-    # step_async/step_wait over two halves (the trainer's double buffering) = stepping all at once.
+    # step_async/step_wait over two halves (the trainer's double buffering) = stepping all at once,
+    # here on the in-process pool (the same games as every transport's whole step, as the test above proves).
     actions = np.random.default_rng(2).integers(4, size=(60, 4))
-    with make(specs(4), envs_per_worker=2) as halves, make(specs(4), envs_per_worker=2) as whole:
+    with make(specs(4), envs_per_worker=2) as halves, SerialPool(specs(4), envs_per_worker=2) as whole:
         for step_actions in actions:
             halves.step_async(step_actions[:2], range(0, 1))
             halves.step_async(step_actions[2:], range(1, 2))
@@ -105,7 +110,7 @@ def test_halves_step_while_the_caller_works(make: PoolFactory) -> None:
             halves.step_wait(range(0, 1))
 
 
-@pytest.mark.parametrize("make", PROCESS_TRANSPORTS, indirect=True)
+@pytest.mark.parametrize("make", ["pipe"], indirect=True)  # Ray: test_actors_never_import_torch_and_report_where_they_run
 def test_workers_never_import_torch(make: PoolFactory) -> None:
     import torch  # noqa: F401  (the trainer has it; the workers must not)
 
@@ -121,7 +126,7 @@ def test_local_workers_are_batch_jobs_and_the_trainer_is_not() -> None:
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
-@pytest.mark.parametrize("make", TRANSPORTS, indirect=True)
+@pytest.mark.parametrize("make", LOCAL_ONLY, indirect=True)  # Ray: test_exception_in_an_actor_names_worker_and_actor_with_traceback
 def test_exception_in_worker_reaches_trainer_with_traceback_and_worker_id(make: PoolFactory) -> None:
     with make(specs(4), envs_per_worker=2) as pool:
         pids = pool.worker_pids()
@@ -135,7 +140,7 @@ def test_exception_in_worker_reaches_trainer_with_traceback_and_worker_id(make: 
         assert wait_dead(pids) == []
 
 
-@pytest.mark.parametrize("make", PROCESS_TRANSPORTS, indirect=True)
+@pytest.mark.parametrize("make", ["pipe"], indirect=True)  # Ray: test_dead_actor_surfaces_as_worker_died_naming_it
 def test_killed_worker_is_noticed_at_once(make: PoolFactory) -> None:
     # The error's type is the proof: a death noticed only by the (here 10-minute) timeout would be a WorkerTimeout.
     with make(specs(2), timeout_s=600) as pool:
@@ -199,7 +204,7 @@ def test_failures_are_replaced_within_the_restart_policy(make: PoolFactory) -> N
         assert pool.restarts == 3
 
 
-@pytest.mark.parametrize("make", TRANSPORTS, indirect=True)
+@pytest.mark.parametrize("make", LOCAL_ONLY, indirect=True)  # Ray: test_state_saved_by_the_local_pool_resumes_exactly_on_ray
 def test_state_round_trip_through_workers(make: PoolFactory) -> None:
     with make(specs(2)) as pool:
         for _ in range(20):
@@ -212,7 +217,7 @@ def test_state_round_trip_through_workers(make: PoolFactory) -> None:
         np.testing.assert_array_equal(np.stack(first), np.stack(second))
 
 
-@pytest.mark.parametrize("make", TRANSPORTS, indirect=True)
+@pytest.mark.parametrize("make", LOCAL_ONLY, indirect=True)  # Ray: test_close_kills_its_actors_but_not_a_ray_it_did_not_start
 def test_close_is_idempotent_and_leaves_nothing(make: PoolFactory) -> None:
     pool = make(specs(3))
     pids = pool.worker_pids()

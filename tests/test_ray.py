@@ -67,7 +67,8 @@ def test_same_seed_same_first_rollout_as_the_local_backend(ray_instance, overlap
 
 @requires_ray
 def test_full_game_scores_and_life_loss_terminals_match_the_local_pool(ray_instance) -> None:
-    # Long enough for lives to be lost and games to end: both pools report the same events.
+    # Until a game that scored is over (lives lost, games ended, rewards that are not all zero
+    # behind it): both pools report the same events on the way.
     specs = [GameSpec(seed=7 + i, noop_max=0) for i in range(2)]
     actions = np.random.default_rng(0).integers(4, size=(700, 2))
     with PipePool(specs) as local, ray_pool(specs) as remote:
@@ -81,12 +82,17 @@ def test_full_game_scores_and_life_loss_terminals_match_the_local_pool(ray_insta
             terminals += int(rb.terminals.sum())
             episodes[0] += lb.episodes
             episodes[1] += rb.episodes
+            if any(episode.score > 0 for _, episode in rb.episodes):
+                break
+        else:
+            pytest.fail(f"no game with a score ended within {len(actions)} steps: {episodes[1]}")
         assert episodes[0] == episodes[1] and len(episodes[1]) >= 1  # whole games, all 5 lives
         assert terminals > len(episodes[1])  # lost lives are terminals too, not only game overs
 
 
 @requires_ray
 def test_actors_never_import_torch_and_report_where_they_run(ray_instance) -> None:
+    """The pool contract's torch test (tests/test_pool.py) over Ray, and where each actor runs."""
     with ray_pool([GameSpec(seed=1), GameSpec(seed=2)]) as pool:
         info = pool.worker_info()
         assert [i["torch_imported"] for i in info] == [False, False]
@@ -95,14 +101,18 @@ def test_actors_never_import_torch_and_report_where_they_run(ray_instance) -> No
 
 @requires_ray
 def test_exception_in_an_actor_names_worker_and_actor_with_traceback(ray_instance) -> None:
+    """The pool contract's exception test (tests/test_pool.py) over Ray, and the actor named."""
     with ray_pool([GameSpec(seed=i) for i in range(4)], envs_per_worker=2) as pool:
+        pids = pool.worker_pids()
         actor_id = pool.worker_info()[1]["actor_id"]
         with pytest.raises(WorkerError) as error:
             pool.step(np.array([0, 0, 0, 9]))  # no action 9: IndexError inside actor 1
         message = str(error.value)
         assert error.value.worker == 1 and message.startswith("worker 1 raised IndexError")
-        assert f"Ray actor {actor_id}" in message and "game/atari.py" in message and "\x1b[" not in message
+        assert "--- traceback in worker 1 ---" in message and 'game/atari.py", line' in message
+        assert f"Ray actor {actor_id}" in message and "\x1b[" not in message
         pool.step(np.zeros(4, np.int64))  # every actor still serves
+    assert wait_dead(pids) == []
 
 
 @requires_ray
@@ -135,12 +145,16 @@ def test_state_saved_by_the_local_pool_resumes_exactly_on_ray(ray_instance) -> N
         expected = [local.step(a) and local.observations.copy() for a in actions]
     with ray_pool(specs) as remote:
         remote.set_state(state)
+        again = remote.get_state()  # and the actors' own state, set back: the pool contract's round trip (tests/test_pool.py)
         got = [remote.step(a) and remote.observations.copy() for a in actions]
         np.testing.assert_array_equal(np.stack(expected), np.stack(got))
+        remote.set_state(again)
+        np.testing.assert_array_equal(np.stack(got), np.stack([remote.step(a) and remote.observations.copy() for a in actions]))
 
 
 @requires_ray
 def test_close_kills_its_actors_but_not_a_ray_it_did_not_start(ray_instance) -> None:
+    """The pool contract's close test (tests/test_pool.py) over Ray, and the Ray left running."""
     pool = ray_pool([GameSpec(seed=1), GameSpec(seed=2)])
     pids = pool.worker_pids()
     pool.close()
@@ -153,11 +167,15 @@ def test_close_kills_its_actors_but_not_a_ray_it_did_not_start(ray_instance) -> 
 
 @requires_ray
 def test_dead_actor_surfaces_as_worker_died_naming_it(ray_instance) -> None:
-    with ray_pool([GameSpec(seed=1), GameSpec(seed=2)]) as pool:
+    # The pool contract's killed-worker test (tests/test_pool.py) over Ray, and the actor named. The
+    # error's type is the proof: a death noticed only by the (here 10-minute) timeout would be a WorkerTimeout.
+    with ray_pool([GameSpec(seed=1), GameSpec(seed=2)], timeout_s=600) as pool:
         actor_id = pool.worker_info()[0]["actor_id"]
         os.kill(pool.worker_pids()[0], signal.SIGKILL)
         with pytest.raises(WorkerDied, match=f"worker 0 \\(Ray actor {actor_id}.*\\) died"):
             pool.step(np.zeros(2, np.int64))
+        pids = pool.worker_pids()
+    assert wait_dead(pids) == []
 
 
 @requires_ray
