@@ -186,7 +186,9 @@ def test_ctrl_c_prints_the_resume_command_and_it_resumes(cli, tmp_path: Path) ->
     assert "resumed at update 1 of 3" in resumed.stderr.splitlines()
     assert [line.split(" · ")[0] for line in resumed.stderr.splitlines() if line.startswith("update ")] == [
         "update 2/3 (66.7%)", "update 3/3 (100.0%)"]
-    assert summary_of(resumed.stdout)["updates"] == 3
+    ended = summary_of(resumed.stdout)
+    assert (ended["run_uuid"], ended["updates"], ended["env_steps"]) == (summary["run_uuid"], 3, 3 * 32)
+    assert ended["status"] == "completed" and ended["games"] >= summary["games"]
     assert cli.leftovers() == []
 
 

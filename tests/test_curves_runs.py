@@ -160,30 +160,23 @@ def test_runs_end_with_a_killed_curves(cli, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason='the peer needs pip install -e ".[compare]"')
-def test_a_peer_run_names_its_machine_before_it_ends(cli, tmp_path: Path) -> None:
-    # Killed before its end (kill -9, a machine taken back), the peer's run must still say where it ran.
+def test_a_peer_run_names_its_machine_from_its_start_and_stops_at_a_sigterm(cli, tmp_path: Path) -> None:
     process = cli.start("experiments.peer_sb3", "--seed", "1", "--total-env-steps", "1000000", "--run-dir", str(tmp_path))
     wait_for_file(tmp_path / "summary.json", process)
-    process.kill()
-    process.communicate(timeout=60)
-    assert cli.leftovers() == []
+    # Killed before its end (kill -9, a machine taken back), the peer's run must still say where it
+    # ran: what a SIGKILL would leave is the summary on disk now, written (atomically) at its start.
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["status"], summary["seed"], summary["env_steps"], summary["total_env_steps"]) == ("running", 1, 0, 1_000_000)
     [machine] = summary["machines"]
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
 
-
-@pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason='the peer needs pip install -e ".[compare]"')
-def test_a_peer_run_stops_at_a_sigterm_with_its_games_and_summary(cli, tmp_path: Path) -> None:
     # Like the project's runs: it ends at its next step, says so, and exits 128 + 15 (curves reads that as a stop).
-    process = cli.start("experiments.peer_sb3", "--seed", "1", "--total-env-steps", "1000000", "--run-dir", str(tmp_path))
-    wait_for_file(tmp_path / "summary.json", process)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=600)
     assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "interrupted" and 8 <= summary["env_steps"] < 1_000_000  # 8 games: one step is 8 agent steps
+    assert summary["machines"] == [machine]
     assert all(g.env_step <= summary["env_steps"] for g in read_games(tmp_path / "games.csv"))
     assert cli.leftovers() == []
 

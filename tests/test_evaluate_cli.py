@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +15,9 @@ import torch
 
 from experiments.evaluate import main
 from ppo.evaluation import DEFAULT_GREEDY_EPSILON
+from tests.conftest import Cli, run_once
 from tests.film_checks import assert_browser_playable, read_film
+from tests.test_experiment import SMOKE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,16 +31,12 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A real run of 2 updates, 2 games × 16 steps: the smoke run, made once a session and copied
+    here (conftest.run_once)."""
     data_dir = tmp_path_factory.mktemp("data") / "runs"
-    done = _cli("experiments.breakout", "--updates", "1", "--n-workers", "2", "--worker-steps", "8",
-                "--data-dir", str(data_dir))
-    assert done.returncode == 0, done.stderr[-2000:]
-    last = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout.strip().splitlines()[-1])
-    summary_path = re.search(r"(\S*summary\.json)\s*$", last)
-    assert summary_path, last
-    summary = json.loads(Path(summary_path.group(1)).read_text())
+    summary = run_once(Cli(), data_dir, *SMOKE)
     checkpoint = Path(summary["checkpoint"])
-    assert checkpoint.is_file()
+    assert checkpoint.is_file() and checkpoint.is_relative_to(data_dir)
     return {"data_dir": str(data_dir), "uuid": summary["run_uuid"], "checkpoint": str(checkpoint)}
 
 
@@ -69,7 +66,7 @@ def test_cli_plays_a_whole_game_and_films_it(run: dict[str, str], tmp_path: Path
     assert result["checkpoint"] == run["checkpoint"]
     assert result["video"] == str(video)
     assert result["greedy"] is False and result["epsilon"] == 0.0
-    assert result["update"] == 1 and result["env_steps"] == 2 * 8
+    assert result["update"] == 2 and result["env_steps"] == 2 * 2 * 16
     film = read_film(video)
     assert_browser_playable(film, video)
     # One frame at the start, one per agent step, one per FIRE after each of the 4 lives lost mid-game.

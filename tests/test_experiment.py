@@ -66,7 +66,9 @@ def test_training_films_a_game_every_k_updates(cli, tmp_path: Path) -> None:
     assert (run_dir / "videos" / "update_000002.mp4").stat().st_size > 10_000
 
 
-def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Path) -> None:
+def test_sigterm_checkpoints_and_the_run_ends_interrupted(cli, tmp_path: Path) -> None:
+    # Its resume is the one a Ctrl-C's is (tests/test_console.py runs it as printed) and a SIGTERM
+    # mid-update's (tests/test_run_safety_signals.py, bit for bit): not launched a third time here.
     args = ["--updates", "3", *TINY, "--checkpoint-every", "1", "--data-dir", str(tmp_path)]
     process = cli.start_held(tmp_path / "held", *args)  # mid-training, after update 1's checkpoint
     process.send_signal(signal.SIGTERM)
@@ -75,14 +77,7 @@ def test_sigterm_checkpoints_then_resume_finishes_the_schedule(cli, tmp_path: Pa
     assert "SIGTERM received" in stderr
     interrupted = summary_of(stdout)
     assert interrupted["status"] == "interrupted" and interrupted["updates"] == 1  # update 2 abandoned
-    assert cli.leftovers() == []
-
-    resumed = cli.run("experiments.breakout", "--resume", interrupted["run_uuid"], "--data-dir", str(tmp_path))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    summary = summary_of(resumed.stdout)
-    assert summary["run_uuid"] == interrupted["run_uuid"]
-    assert summary["updates"] == 3 and summary["env_steps"] == 3 * 2 * 16
-    assert summary["games"] >= interrupted["games"]
+    assert interrupted["env_steps"] == 2 * 16 and load_checkpoint(Path(interrupted["checkpoint"]))["update"] == 1
     assert cli.leftovers() == []
 
 

@@ -121,6 +121,9 @@ def test_a_run_resumed_on_another_machine_records_both_and_curves_says_so(
     ended = summary_of(rest.stdout)
     assert ended["machines"] == [expected_first, *part["machines"]] and ended["updates"] == 5
     assert load_checkpoint(Path(ended["checkpoint"]))["machines"] == ended["machines"]
+    assert cli.leftovers() == []
+    if warning:  # what curves says of two records is the same for any two (curves.machines_note): read once
+        return
 
     curves = cli.run("experiments.curves", "--runs", f"mixed={tmp_path / 'runs'}", "--grid", "256", "--window", "1",
                      "--out", str(tmp_path / "out"))

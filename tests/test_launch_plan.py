@@ -15,7 +15,7 @@ from configs.launch import launch_config
 from configs.ppo import PPOConfig
 from experiments.run.plan import plan_launch
 from tests.conftest import Cli, run_once
-from tests.test_experiment import TINY
+from tests.test_experiment import SMOKE
 
 
 def test_a_new_run_layers_the_command_line_over_the_defaults_then_groups_its_games_by_the_cores() -> None:
@@ -53,7 +53,9 @@ def folder_state(folder: Path) -> dict[str, tuple[int, str]]:
 
 @pytest.mark.slow
 def test_planning_a_resume_changes_nothing_and_prints_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    summary = run_once(Cli(), tmp_path, "--updates", "2", *TINY)
+    # Any finished run of 2 games as 2 × 1: the smoke run (2 updates), made once a session for the
+    # tests that read or resume it (conftest.run_once).
+    summary = run_once(Cli(), tmp_path, *SMOKE)
     run_dir = Path(summary["run_dir"])
     # What the run's dead process left: a stale run.pid, and a temp file of a write it was killed in.
     dead = os.fork()
