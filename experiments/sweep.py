@@ -23,6 +23,7 @@ import csv
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 import time
@@ -61,11 +62,28 @@ def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     if run_dir is not None and checkpoint_path(run_dir).exists():
         plan = plan_resume(run_dir, run_uuid, overrides)  # the folder just found, not looked up again
     else:
+        if run_dir is not None:
+            remove_lost_start(run_dir)
         check_can_start(config)
         plan = LaunchPlan(config, run_uuid=run_uuid)
     result = TrainingRun(plan).run()
     return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": plan.resume is not None}
 
+
+
+def remove_lost_start(run_dir: Path) -> None:
+    """Clear the folder of a trial lost before its first checkpoint, so that the trial starts again
+    under its uuid: labml refuses to start a run whose folder holds a `run.pid`, and nothing there
+    can be resumed (its records are of updates no checkpoint kept; the new start makes them again).
+    Refused (`UnsafeRunFolder`, one line) while a process still runs it, or when the folder is not
+    a plain one of ours (a link, a FIFO...): nothing is removed then."""
+    from experiments.run.folder_checks import UnsafeRunFolder, check_run_folder
+    from experiments.run.folders import running_pid
+
+    check_run_folder(run_dir)  # first: nothing is read through a link
+    if (pid := running_pid(run_dir)) is not None:
+        raise UnsafeRunFolder(f"run folder {run_dir}: process {pid} still runs it, so the trial cannot start again there")
+    shutil.rmtree(run_dir)
 
 # ---- the driver -----------------------------------------------------------------------------------
 

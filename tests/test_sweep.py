@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.updates_csv import read_updates
-from experiments.sweep import main, sorted_rows
+from experiments.sweep import main, remove_lost_start, sorted_rows
 from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
 from game.vector.ray_actors import ray_installed
 from tests import process_table
@@ -90,8 +93,8 @@ def test_a_sweeps_ray_is_private_and_a_sigterm_stops_its_trials_and_leaves_nothi
 
 
 # A trial as a Ray worker runs it (run_trial in a fresh process); with HOLD_FILE set, the first
-# attempt, which holds at update 2 (after update 1's checkpoint) until the test kills it, as a lost
-# node or worker process ends it.
+# attempt, which holds when it would checkpoint update 2 (after update 1's checkpoint, if it makes
+# one each update) until the test kills it, as a lost node or worker process ends it.
 TRIAL = """
 import json, os, sys, time
 from pathlib import Path
@@ -136,6 +139,50 @@ def test_a_trial_that_ray_runs_again_resumes_its_own_run(cli, tmp_path: Path) ->
     # Each update once: the lost attempt's update 2 (past the checkpoint) was dropped and done again.
     assert [row["update"] for row in read_updates(run_dir / "updates.csv")] == [1, 2, 3]
     assert cli.leftovers() == []
+
+
+def test_a_trial_lost_before_its_first_checkpoint_starts_again_in_its_own_folder(cli, tmp_path: Path) -> None:
+    """Lost before anything could be resumed (no checkpoint yet; a run.pid and the records of
+    updates 1 and 2 left behind), a trial that Ray runs again starts over under its uuid, where labml's own check
+    for a run.pid made every retry fail."""
+    overrides = {"learning_rate": 1e-4, "updates": 3, "worker_steps": 16, "n_workers": 1, "envs_per_worker": 2,
+                 "minibatches": 2, "epochs": 1, "checkpoint_every": 100, "torch_threads": 1, "data_dir": str(tmp_path / "runs")}
+    run_uuid = uuid.uuid4().hex
+    argv = [sys.executable, "-c", TRIAL, json.dumps(overrides), run_uuid]
+    first = subprocess.Popen(argv, cwd=REPO, env=dict(cli.env(), HOLD_FILE=str(tmp_path / "held")),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_file(tmp_path / "held", first)
+    first.kill()
+    first.communicate()
+    assert cli.leftovers() == []
+    (run_dir,) = (tmp_path / "runs" / "breakout").iterdir()
+    assert (run_dir / "run.pid").exists() and not (run_dir / "checkpoints").exists()  # only the end checkpoints
+    assert [row["update"] for row in read_updates(run_dir / "updates.csv")] == [1, 2]
+
+    again = subprocess.run(argv, cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    result = json.loads(again.stdout.strip().splitlines()[-1])
+    assert result["resumed"] is False and result["exit_code"] == 0, result
+    assert (result["run_uuid"], result["status"], result["updates"], result["env_steps"]) == (run_uuid, "completed", 3, 3 * 32)
+    assert list((tmp_path / "runs" / "breakout").iterdir()) == [run_dir]
+    assert [row["update"] for row in read_updates(run_dir / "updates.csv")] == [1, 2, 3]  # the lost updates once
+    assert cli.leftovers() == []
+
+
+def test_a_lost_trial_s_folder_is_left_alone_while_a_process_runs_it_or_when_it_holds_a_link(tmp_path: Path) -> None:
+    run_dir = tmp_path / "breakout" / uuid.uuid4().hex
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.pid").write_text(str(os.getpid()))  # a live process: this one
+    with pytest.raises(UnsafeRunFolder, match="^" + re.escape(f"run folder {run_dir}: process {os.getpid()} still runs it, so the trial")):
+        remove_lost_start(run_dir)
+    (run_dir / "run.pid").unlink()
+    (run_dir / "games.csv").symlink_to(tmp_path / "elsewhere.csv")
+    with pytest.raises(UnsafeRunFolder, match=re.escape(f"{run_dir / 'games.csv'} is a symbolic link")):
+        remove_lost_start(run_dir)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["games.csv"]  # nothing removed
+    (run_dir / "games.csv").unlink()
+    remove_lost_start(run_dir)
+    assert not run_dir.exists()
 
 
 def _cmdline(pid: int) -> bytes:
