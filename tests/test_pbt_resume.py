@@ -43,26 +43,30 @@ def population(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not ray_installed():
         pytest.skip('Ray is not installed (pip install -e ".[ray]")')
     data = tmp_path_factory.mktemp("pbt") / "runs"
+    held = tmp_path_factory.mktemp("held")
     cli = Cli()
     args = [sys.executable, "-m", "experiments.pbt", *POPULATION, "--data-dir", str(data)]
+    # Each member holds at its first checkpoint until it is asked to stop (tests/member_hold/).
+    env = dict(cli.env(), MEMBER_HOLD_DIR=str(held),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "tests" / "member_hold"), os.environ.get("PYTHONPATH")])))
     # A session of its own, so that a signal to its process group is what a Ctrl-C in its terminal sends.
-    first = subprocess.Popen(args, cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    first = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
     try:
-        return run_population(first, data, cli)
+        return run_population(first, data, held, cli)
     finally:  # a failed wait above must not leave the population running
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
             first.communicate()
 
 
-def run_population(first: subprocess.Popen[str], data: Path, cli: Cli) -> dict[str, Any]:
+def run_population(first: subprocess.Popen[str], data: Path, held: Path, cli: Cli) -> dict[str, Any]:
     state_file = wait_for(lambda: next(data.glob("breakout/pbt-*/population.json"), None), first, "population.json")
     state = json.loads(state_file.read_text())
     run_dirs = wait_for(lambda: all(d := [find_run(data, m["run_uuid"]) for m in state["members"]]) and d, first, "run folders")
-    # Both members are training (each has finished an update) when the Ctrl-C comes.
-    wait_for(lambda: all((d / "updates.csv").exists() and len(rows_of(d / "updates.csv")) >= 1 for d in run_dirs),
-             first, "a first update of each member")
+    # Both members are training when the Ctrl-C comes: each holds at its first checkpoint until asked to stop.
+    wait_for(lambda: len(list(held.iterdir())) == 2, first, "both members held at their first checkpoint")
+    assert all(len(rows_of(d / "updates.csv")) == 1 for d in run_dirs)
     ray = snapshot(cli.marker)  # the driver, its Ray, the members, the private dashboard, all running
     os.killpg(first.pid, signal.SIGINT)
     out, err = first.communicate(timeout=600)
