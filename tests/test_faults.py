@@ -259,17 +259,17 @@ def test_checkpoint_of_another_model_is_refused_before_anything_starts(cli, tmp_
 
 
 def test_chaos_script_end_to_end(cli) -> None:
-    # Half-size rollouts (4 games × 64 steps) halve each update; 10 of them still leave a leg time,
-    # after its first checkpoint, for the kill (up to 1 s in), the two checkpoints after it and the
-    # SIGTERM (up to 0.5 s later) to land while the run is still training. (Smaller rollouts would
-    # need more updates, each with its checkpoint, for the same time.)
-    result = cli.run("tests.chaos", "--updates", "10", "--worker-steps", "64", "--interruptions", "1", "--kills", "1",
+    # The harness times each signal by the run's own updates (a random moment of the next one), so
+    # 8 updates leave each leg updates to spare after its last signal: the second leg's kill lands in
+    # update 3 or 4, the SIGTERM two checkpoints after it in update 5 or 6. Rollouts of 16 steps: the
+    # size of an update is not the point, its count is.
+    result = cli.run("tests.chaos", "--updates", "8", "--worker-steps", "16", "--interruptions", "1", "--kills", "1",
                      timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["params_match_uninterrupted"] is True
     assert report["worker_restarts"] == report["workers_killed"] == 1
-    assert report["resumes"] >= 2 and report["updates_completed"] == 2 * 10 and report["processes_left"] == 0
+    assert report["resumes"] >= 2 and report["updates_completed"] == 2 * 8 and report["processes_left"] == 0
     assert cli.leftovers() == []
 
 
