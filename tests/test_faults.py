@@ -19,7 +19,7 @@ from game.vector import PipePool, RestartPolicy, WorkerKeepsFailing, game_specs
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer
-from tests.conftest import REPO, Cli, run_once, wait_for_file
+from tests.conftest import REPO, Cli, refused_in_process, run_once, wait_for_file
 from tests.process_table import is_alive
 from tests.test_experiment import TINY, summary_of
 
@@ -187,7 +187,8 @@ def test_resume_is_exact(cli, tmp_path: Path, split_run: tuple[Path, dict],
 
 
 def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path, split_run: tuple[Path, dict],
-                                                     resumed_as_it_ran: subprocess.CompletedProcess[str]) -> None:
+                                                     resumed_as_it_ran: subprocess.CompletedProcess[str],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """Grouping is a speed setting of the machine (a run started on 16 cores as 8 × 1 and resumed on
     2 would otherwise keep 8 processes there): a resume regroups its games as --n-workers /
     --envs-per-worker say, never changing their number, and untold keeps them as they ran (suggesting
@@ -206,9 +207,14 @@ def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path, split_
     for grouping, why in ((["--n-workers", "3"], "--n-workers 3: expected a divisor of the resumed run's 4 games"),
                           (["--n-workers", "2", "--envs-per-worker", "4"], "--n-workers 2 with --envs-per-worker 4: expected "
                            "n_workers × envs_per_worker = the resumed run's 4 games")):
-        refused = cli.run("experiments.breakout", "--resume", uuid, *grouping, "--data-dir", str(tmp_path / "told"))
-        assert refused.returncode == 2 and refused.stderr.strip() == (
-            f"error: {why} (a resume can regroup its games, not change their number)"), refused.stderr[-2000:]
+        argv = ["--resume", uuid, *grouping, "--data-dir", str(tmp_path / "told")]
+        if grouping == ["--n-workers", "3"]:  # the real command; the other by its main() in this process (refused before anything starts)
+            refused = cli.run("experiments.breakout", *argv)
+            assert refused.returncode == 2 and refused.stdout == "", refused.stderr[-2000:]
+            line = refused.stderr.strip()
+        else:
+            line = refused_in_process(capsys, argv)
+        assert line == f"error: {why} (a resume can regroup its games, not change their number)", line
         assert {p: p.read_bytes() for p in (tmp_path / "told").rglob("*") if p.is_file()} == run_files
     shutil.copytree(tmp_path / "told", tmp_path / "one-process")
     here = grouped_for_cores(PPOConfig(n_workers=4), usable_cores())  # 2 × 2 on 2 or 3 cores, 1 × 4 on one
