@@ -6,6 +6,8 @@ Two legs, each a short real run of `python -m experiments.breakout` in a subproc
 2. **killed workers**: SIGKILL random worker processes while it trains, plus a SIGTERM and a
    resume; the run must finish with every kill counted as a worker restart. A replacement worker
    starts its games from fresh seeds, so this leg's parameters are *meant* to differ.
+Each signal lands at a random moment of an update, timed by the run's own pace (the time between
+its first two checkpoints), so that a run of a few updates is enough on a fast machine or a slow one.
 After both, no process of any run may be left alive. The last line printed is a JSON summary.
 """
 
@@ -83,6 +85,22 @@ def wait_for_checkpoint(run: subprocess.Popen[str], data_dir: Path, after: float
     return after
 
 
+def update_seconds(run: subprocess.Popen[str], data_dir: Path, started: float) -> float:
+    """The time one update takes in this run (its first two checkpoints apart): each random wait
+    below is a fraction of it, so that a signal lands within the next update or two, whatever the
+    machine's speed, and a short run still has updates left when it lands."""
+    first = wait_for_checkpoint(run, data_dir, started)
+    return max(0.0, wait_for_checkpoint(run, data_dir, first) - first)
+
+
+def wait_for_victims(run: subprocess.Popen[str], timeout_s: float = 600) -> list[int]:
+    """The run's workers that may be killed, once there is one (none if the run ended first)."""
+    deadline = time.monotonic() + timeout_s
+    while not (victims := worker_pids(run.pid)) and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return victims
+
+
 def interrupted_run(runner: Runner, rng: random.Random, interruptions: int, kills: int) -> dict[str, Any]:
     """Run to the end, SIGTERM-ing it `interruptions` times (resuming each time) and SIGKILL-ing
     `kills` random workers along the way."""
@@ -91,12 +109,12 @@ def interrupted_run(runner: Runner, rng: random.Random, interruptions: int, kill
     while True:
         started = time.time()
         run = runner.start(*args)
-        if kills and resumes == 0:
-            wait_for_checkpoint(run, runner.data_dir, started)  # training is under way
+        kills_now = kills if resumes == 0 else 0
+        update_s = update_seconds(run, runner.data_dir, started) if kills_now or resumes < interruptions else 0.0
         last_kill = started
-        for _ in range(kills if resumes == 0 else 0):
-            time.sleep(rng.uniform(0.2, 1.0))
-            victims = worker_pids(run.pid)
+        for _ in range(kills_now):
+            time.sleep(rng.uniform(0.0, update_s))  # land anywhere in the next update
+            victims = wait_for_victims(run)
             if run.poll() is None and victims:
                 os.kill(rng.choice(victims), signal.SIGKILL)
                 kills_done, last_kill = kills_done + 1, time.time()
@@ -108,7 +126,7 @@ def interrupted_run(runner: Runner, rng: random.Random, interruptions: int, kill
             written = wait_for_checkpoint(run, runner.data_dir, last_kill)
             if last_kill > started:
                 wait_for_checkpoint(run, runner.data_dir, written)
-            time.sleep(rng.uniform(0.0, 0.5))  # land anywhere in the next update
+            time.sleep(rng.uniform(0.0, update_s))  # land anywhere in the next update
             if run.poll() is None:
                 run.send_signal(signal.SIGTERM)
         code, summary = Runner.finish(run)

@@ -17,7 +17,13 @@ from experiments.run.folder_checks import DEAD_WRITERS_FILES, remove_dead_writer
 from experiments.run.folders import checkpoint_path, checkpoint_paths, rotate_in
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import REPO, refused_in_process
-from tests.run_safety_support import PER_UPDATE, first_leg, refused_resume, refused_resume_in_process
+from tests.run_safety_support import (
+    PER_UPDATE,
+    evaluate_refused_in_process,
+    first_leg,
+    refused_resume,
+    refused_resume_in_process,
+)
 from tests.test_experiment import TINY, summary_of
 
 SECRET = "root:$6$not-for-your-eyes$:19000:0:99999:7:::"
@@ -274,13 +280,17 @@ def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(
         assert "is not an emulator state (1,048,577 bytes, expected 1 to 1,048,576)" in lines[0]
 
 
-def test_a_checkpoint_that_is_another_file_is_refused_without_quoting_it(cli, tmp_path: Path) -> None:
-    """torch's loader quotes the byte it choked on ("invalid load key, 'r'"): not passed on."""
+def test_a_checkpoint_that_is_another_file_is_refused_without_quoting_it(
+        cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """torch's loader quotes the byte it choked on ("invalid load key, 'r'"): not passed on. The
+    file itself is given to the real command; the link to it to its main() in this process."""
     secret = tmp_path / "secret"
     secret.write_text(f"{SECRET}\n")
     link = tmp_path / "checkpoint.pt"
     link.symlink_to(secret)
     for path in (secret, link):
-        line = _one_line_refusal(cli, cli.run("experiments.evaluate", "--checkpoint", str(path), "--games", "1"))
+        argv = ["--checkpoint", str(path), "--games", "1"]
+        line = (_one_line_refusal(cli, cli.run("experiments.evaluate", *argv)) if path == secret
+                else evaluate_refused_in_process(capsys, argv))
         assert f"checkpoint {path} is corrupt or truncated (" in line, line
         assert "'r'" not in line and "root" not in line.replace(str(tmp_path), ""), line
