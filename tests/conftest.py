@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -54,12 +54,13 @@ def train_from_seed(config: PPOConfig, pool_factory=PipePool, updates: int = 0
         return rollout, [p.detach().clone() for p in trainer.model.parameters()]
 
 
-def refused_in_process(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """The training command's main(argv) in this process, for a refusal made before anything starts
-    (it needs no Python of its own to prove it): exit 2, one stderr line (returned), nothing on
-    stdout, no traceback, no worker started."""
+def refused_in_process(capsys: pytest.CaptureFixture[str], argv: list[str],
+                       main: Callable[[list[str]], object] = train_main) -> str:
+    """A command's main(argv) (the training command's unless told) in this process, for a refusal
+    made before anything starts (it needs no Python of its own to prove it): exit 2, one stderr
+    line (returned), nothing on stdout, no traceback, no worker started."""
     with pytest.raises(SystemExit) as exit_info:
-        train_main(argv)
+        main(argv)
     out, err = capsys.readouterr()
     assert exit_info.value.code == 2, err[-3000:]
     lines = err.strip().splitlines()

@@ -4,7 +4,6 @@ started."""
 
 from __future__ import annotations
 
-import multiprocessing
 import subprocess
 from pathlib import Path
 
@@ -56,20 +55,6 @@ def refused_resume_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Path
     line = refused_in_process(capsys, ["--resume", summary["run_uuid"], "--data-dir", str(tmp_path)])
     assert files() == before
     return [line]
-
-
-def evaluate_refused_in_process(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """`refused_in_process` for the evaluation command's main(argv): exit 2, one stderr line
-    (returned), nothing on stdout, no traceback, no process started."""
-    from experiments.evaluate import main
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    out, err = capsys.readouterr()
-    assert exit_info.value.code == 2, err[-3000:]
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and out == "" and "Traceback" not in err, (out[-1000:], err[-3000:])
-    assert multiprocessing.active_children() == []
-    return lines[0]
 
 
 def refused_before_anything_started(cli: Cli, result: subprocess.CompletedProcess[str], expected: str) -> None:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from experiments.evaluate import main as evaluate_main
 from experiments.run.folder_checks import DEAD_WRITERS_FILES, remove_dead_writers_files
 from experiments.run.folders import checkpoint_path, checkpoint_paths, rotate_in
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import REPO, refused_in_process
 from tests.run_safety_support import (
     PER_UPDATE,
-    evaluate_refused_in_process,
     first_leg,
     refused_resume,
     refused_resume_in_process,
@@ -291,6 +291,6 @@ def test_a_checkpoint_that_is_another_file_is_refused_without_quoting_it(
     for path in (secret, link):
         argv = ["--checkpoint", str(path), "--games", "1"]
         line = (_one_line_refusal(cli, cli.run("experiments.evaluate", *argv)) if path == secret
-                else evaluate_refused_in_process(capsys, argv))
+                else refused_in_process(capsys, argv, evaluate_main))
         assert f"checkpoint {path} is corrupt or truncated (" in line, line
         assert "'r'" not in line and "root" not in line.replace(str(tmp_path), ""), line

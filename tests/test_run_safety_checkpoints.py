@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from experiments.evaluate import main as evaluate_main
 from experiments.run.folders import checkpoint_paths
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import Cli, refused_in_process
 from tests.run_safety_support import (
     H200_SAMPLING_STATE,
     PER_UPDATE,
-    evaluate_refused_in_process,
     first_leg,
     refused_resume,
     refused_resume_in_process,
@@ -185,7 +185,7 @@ def test_a_crafted_checkpoint_is_refused_without_running_anything(cli, tmp_path:
                 assert result.returncode == 2 and "Traceback" not in result.stderr, (kind, result.stderr[-2000:])
                 refusals.append(result.stderr.strip().splitlines()[-1])
         else:
-            refusals = [refused_in_process(capsys, resume), evaluate_refused_in_process(capsys, evaluate)]
+            refusals = [refused_in_process(capsys, resume), refused_in_process(capsys, evaluate, evaluate_main)]
         for line in refusals:
             assert "is not a checkpoint of this project" in line and "nothing in it was run" in line, (kind, line)
         assert not proof.exists(), kind

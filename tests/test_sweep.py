@@ -22,7 +22,7 @@ from experiments.sweep import main, remove_lost_start, sorted_rows
 from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
 from game.vector.ray_actors import ray_installed
 from tests import process_table
-from tests.conftest import MARK, REPO, wait_for_file
+from tests.conftest import MARK, REPO, Cli, wait_for_file
 from tests.ray_checks import attack, check_private, check_refused, snapshot
 
 requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
@@ -113,11 +113,11 @@ print(json.dumps(run_trial(json.loads(sys.argv[1]), sys.argv[2])))
 """
 
 
-def test_a_trial_that_ray_runs_again_resumes_its_own_run(cli, tmp_path: Path) -> None:
-    """Ray runs a trial whose process was lost again, with the same arguments (--max-retries): the
-    new attempt finds the run folder of the trial's uuid with a checkpoint and goes on from it."""
-    overrides = {"learning_rate": 1e-4, "updates": 3, "worker_steps": 16, "n_workers": 1, "envs_per_worker": 2,
-                 "minibatches": 2, "epochs": 1, "checkpoint_every": 1, "torch_threads": 1, "data_dir": str(tmp_path / "runs")}
+def lost_trial(cli: Cli, tmp_path: Path, checkpoint_every: int) -> tuple[list[str], str, Path]:
+    """A trial (3 updates) whose process is lost when it would checkpoint update 2: the command
+    that runs it again as Ray would, its uuid and the folder it left."""
+    overrides = {"learning_rate": 1e-4, "updates": 3, "worker_steps": 16, "n_workers": 1, "envs_per_worker": 2, "minibatches": 2,
+                 "epochs": 1, "checkpoint_every": checkpoint_every, "torch_threads": 1, "data_dir": str(tmp_path / "runs")}
     run_uuid = uuid.uuid4().hex
     argv = [sys.executable, "-c", TRIAL, json.dumps(overrides), run_uuid]
     first = subprocess.Popen(argv, cwd=REPO, env=dict(cli.env(), HOLD_FILE=str(tmp_path / "held")),
@@ -128,7 +128,13 @@ def test_a_trial_that_ray_runs_again_resumes_its_own_run(cli, tmp_path: Path) ->
     assert cli.leftovers() == []  # its game workers went with it
     (run_dir,) = (tmp_path / "runs" / "breakout").iterdir()
     assert run_dir.name == run_uuid and json.loads((run_dir / "summary.json").read_text())["status"] == "running"
+    return argv, run_uuid, run_dir
 
+
+def test_a_trial_that_ray_runs_again_resumes_its_own_run(cli, tmp_path: Path) -> None:
+    """Ray runs a trial whose process was lost again, with the same arguments (--max-retries): the
+    new attempt finds the run folder of the trial's uuid with a checkpoint and goes on from it."""
+    argv, run_uuid, run_dir = lost_trial(cli, tmp_path, checkpoint_every=1)
     again = subprocess.run(argv, cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     result = json.loads(again.stdout.strip().splitlines()[-1])
@@ -143,20 +149,10 @@ def test_a_trial_that_ray_runs_again_resumes_its_own_run(cli, tmp_path: Path) ->
 
 def test_a_trial_lost_before_its_first_checkpoint_starts_again_in_its_own_folder(cli, tmp_path: Path) -> None:
     """Lost before anything could be resumed (no checkpoint yet; a run.pid and the records of
-    updates 1 and 2 left behind), a trial that Ray runs again starts over under its uuid, where labml's own check
-    for a run.pid made every retry fail."""
-    overrides = {"learning_rate": 1e-4, "updates": 3, "worker_steps": 16, "n_workers": 1, "envs_per_worker": 2,
-                 "minibatches": 2, "epochs": 1, "checkpoint_every": 100, "torch_threads": 1, "data_dir": str(tmp_path / "runs")}
-    run_uuid = uuid.uuid4().hex
-    argv = [sys.executable, "-c", TRIAL, json.dumps(overrides), run_uuid]
-    first = subprocess.Popen(argv, cwd=REPO, env=dict(cli.env(), HOLD_FILE=str(tmp_path / "held")),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_file(tmp_path / "held", first)
-    first.kill()
-    first.communicate()
-    assert cli.leftovers() == []
-    (run_dir,) = (tmp_path / "runs" / "breakout").iterdir()
-    assert (run_dir / "run.pid").exists() and not (run_dir / "checkpoints").exists()  # only the end checkpoints
+    updates 1 and 2 left behind), a trial that Ray runs again starts over under its uuid, where
+    labml's own check for a run.pid made every retry fail."""
+    argv, run_uuid, run_dir = lost_trial(cli, tmp_path, checkpoint_every=100)
+    assert (run_dir / "run.pid").exists() and not (run_dir / "checkpoints").exists()  # it would checkpoint at its end only
     assert [row["update"] for row in read_updates(run_dir / "updates.csv")] == [1, 2]
 
     again = subprocess.run(argv, cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=600)
