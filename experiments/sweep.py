@@ -70,7 +70,6 @@ def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": plan.resume is not None}
 
 
-
 def remove_lost_start(run_dir: Path) -> None:
     """Clear the folder of a trial lost before its first checkpoint, so that the trial starts again
     under its uuid: labml refuses to start a run whose folder holds a `run.pid`, and nothing there
@@ -84,6 +83,7 @@ def remove_lost_start(run_dir: Path) -> None:
     if (pid := running_pid(run_dir)) is not None:
         raise UnsafeRunFolder(f"run folder {run_dir}: process {pid} still runs it, so the trial cannot start again there")
     shutil.rmtree(run_dir)
+
 
 # ---- the driver -----------------------------------------------------------------------------------
 

@@ -86,7 +86,8 @@ def read_only_folder(path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("device", ["cuda", f"cuda:{torch.cuda.device_count()}"])
-def test_a_device_this_machine_lacks_is_one_line_before_anything_starts(cli, tmp_path: Path, device: str, capsys) -> None:
+def test_a_device_this_machine_lacks_is_one_line_before_anything_starts(cli, tmp_path: Path, device: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA; cuda:N past the last device is tested instead")
     args = ["--device", device, "--updates", "1", *TINY, "--data-dir", str(tmp_path)]

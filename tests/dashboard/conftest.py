@@ -35,10 +35,14 @@ def no_leftover_processes() -> Iterator[None]:
     session's Chromium among them: it starts and ends renderers for its tabs as it sees fit)."""
     before = set(descendants(os.getpid())) | marked_processes()
     yield
-    chromiums = set().union(*(shared.processes() for shared in _shared_chromium))
+    chromiums = shared_chromium_processes()
     left = (set(descendants(os.getpid())) | marked_processes()) - before
-    left -= chromiums | set().union(*(shared.processes() for shared in _shared_chromium))  # a renderer may come or go meanwhile
+    left -= chromiums | shared_chromium_processes()  # read before and after: a renderer may come or go meanwhile
     assert not left, f"processes left behind: {described(left)}"
+
+
+def shared_chromium_processes() -> set[int]:
+    return set().union(*(shared.processes() for shared in _shared_chromium))
 
 
 def described(pids: set[int]) -> list[str]:
