@@ -38,6 +38,8 @@ class Chromium:
     """One headless Chromium, driven over its DevTools pipe; `tab()` opens a page in it."""
 
     def __init__(self, user_data_dir: Path, width: int = 1280, height: int = 1400) -> None:
+        # Its crash handlers leave its session (they double-fork and setsid): its environment marks them.
+        self._mark = os.urandom(8).hex()
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
 
@@ -49,7 +51,7 @@ class Chromium:
         self.proc = subprocess.Popen(
             [str(CHROMIUM), *FLAGS, f"--user-data-dir={user_data_dir}", f"--window-size={width},{height}",
              "about:blank"],
-            env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=dict(child_env(), BROWSER_MARK=self._mark), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=(3, 4, to_browser_r, from_browser_w), preexec_fn=wire_pipes, start_new_session=True)
         os.close(to_browser_r)
         os.close(from_browser_w)
@@ -92,6 +94,10 @@ class Chromium:
             with contextlib.suppress(OSError):  # gone meanwhile
                 if os.getsid(pid) == self.proc.pid:
                     found.add(pid)
+        for process in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):  # gone meanwhile, or not ours to read
+                if process.environ().get("BROWSER_MARK") == self._mark:
+                    found.add(process.pid)
         return found
 
     def close(self) -> None:
@@ -102,9 +108,13 @@ class Chromium:
             pass
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(30)
-        # Chromium's helper processes share its session; leave none behind.
+        # Chromium's helper processes share its session, its crash handlers its mark; leave none behind.
+        helpers = self.processes() - {self.proc.pid}
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in helpers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         self.proc.wait()
         os.close(self._to_browser)
         os.close(self._from_browser)
