@@ -42,8 +42,10 @@ from dashboard.web import BadRequest, json_endpoint
 
 OWN_STATIC = Path(__file__).parent / "static"
 # labml-app sleeps 3 s after each /track to slow clients down (it was built for a shared
-# server); one second keeps live changes snappy and still batches a fast training loop.
-TRACK_THROTTLE_S = 1.0
+# server). labml's client sends its next packets as soon as it is answered, so this hold is what
+# batches them: a quarter second caps a run at four requests a second, while a live change reaches
+# the run, and a run's last records reach the dashboard, within about half a second.
+TRACK_THROTTLE_S = 0.25
 UUID1_EPOCH = 0x01B21DD213814000  # 1970-01-01 in a version-1 uuid's 100 ns ticks since 1582-10-15
 
 

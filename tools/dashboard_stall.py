@@ -10,8 +10,8 @@ a run page asks for), while `--hostile` clients post, as fast as they are answer
 make the store keep as much as a request can carry (issue 50): ``hp.*`` series, 6,500 names of
 256 characters per packet, and one series whose name is 1.9 MB.  It prints the latency
 percentiles of both requests, the hostile answers by status and the store's size on disk, as one
-JSON line.  A `/track` is answered no sooner than the dashboard's one-second throttle
-(`dashboard.handlers.TRACK_THROTTLE_S`); the page request has no throttle.
+JSON line.  A `/track` is answered no sooner than the dashboard's hold
+(`dashboard.handlers.TRACK_THROTTLE_S`); the page request has none.
 
 It imports nothing of the project, so the same file measures an older checkout (`--repo`).
 """

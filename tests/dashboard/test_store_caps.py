@@ -35,7 +35,7 @@ def test_the_store_cannot_grow_past_its_caps(tmp_path: Path, no_leftover_process
     try:
         dashboard.wait_ready()
         # Worked out by hand: a new run 8 KiB, '{"name": "a"}' 13 bytes, each new series 32_780.
-        # Both at once: the dashboard holds each /track a second (its throttle), and both fit in either order.
+        # Both at once: the dashboard holds each /track a while (its throttle), and both fit in either order.
         with ThreadPoolExecutor(2) as pool:
             created = pool.map(lambda run_body: send_json(dashboard, "POST", track_path(run_body[0]), run_body[1])[0],
                                ((a, {"name": "a", "track": series(0, 16)}), (b, {"name": "b", "track": series(0, 15)})))

@@ -78,7 +78,7 @@ def test_a_crafted_store_file_runs_nothing(tmp_path: Path, no_leftover_processes
     victim, other = new_uuid(), new_uuid()
     try:
         dashboard.wait_ready()
-        # Both at once: the dashboard holds each /track a second (its throttle), and neither needs the other.
+        # Both at once: the dashboard holds each /track a while (its throttle), and neither needs the other.
         with ThreadPoolExecutor(2) as pool:
             created = pool.map(lambda run_name: send_json(dashboard, "POST", track_path(run_name[0]), {"name": run_name[1]})[0],
                                ((victim, "victim"), (other, "other")))
