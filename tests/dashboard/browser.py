@@ -88,15 +88,12 @@ class Chromium:
         return Browser(self, width, height)
 
     def processes(self) -> set[int]:
-        """Chromium's own processes: its session's (it starts and ends renderers for its pages as it sees fit)."""
+        """Chromium's own processes: its session's (it starts and ends renderers for its pages as it
+        sees fit) and those carrying its mark (its crash handlers, which leave the session)."""
         found = {self.proc.pid}
-        for pid in psutil.pids():
-            with contextlib.suppress(OSError):  # gone meanwhile
-                if os.getsid(pid) == self.proc.pid:
-                    found.add(pid)
         for process in psutil.process_iter():
-            with contextlib.suppress(psutil.Error):  # gone meanwhile, or not ours to read
-                if process.environ().get("BROWSER_MARK") == self._mark:
+            with contextlib.suppress(OSError, psutil.Error):  # gone meanwhile, or not ours to read
+                if os.getsid(process.pid) == self.proc.pid or process.environ().get("BROWSER_MARK") == self._mark:
                     found.add(process.pid)
         return found
 
