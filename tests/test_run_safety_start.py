@@ -91,7 +91,9 @@ def test_a_device_this_machine_lacks_is_one_line_before_anything_starts(cli, tmp
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA; cuda:N past the last device is tested instead")
     args = ["--device", device, "--updates", "1", *TINY, "--data-dir", str(tmp_path)]
-    if device == "cuda":  # through the real command line: its exit status, output and no process left
+    # One case through the real command line (its exit status, output and no process left): "cuda"
+    # here, "cuda:N" on a machine with CUDA, where "cuda" is skipped.
+    if device == "cuda" or torch.cuda.is_available():
         result = cli.run("experiments.breakout", *args)
         refused_before_anything_started(cli, result, f"error: --device {device}: expected ")
     else:  # the same check of the same option, made before anything starts: by main() in this process
