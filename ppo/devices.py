@@ -69,9 +69,8 @@ def precision_label(name: str, device: torch.device) -> str:
     return f"{resolved} (auto)" if name == "auto" else resolved
 
 
-def cpu_model() -> str:
-    """The CPU's model name with its family, model and stepping: a VM may give two generations of
-    CPU one name ("AMD EPYC"), and only these numbers tell them apart."""
+def cpu_fields() -> dict[str, str]:
+    """The first processor's block of /proc/cpuinfo (empty where there is none)."""
     fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -81,6 +80,13 @@ def cpu_model() -> str:
             fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return fields
+
+
+def cpu_model() -> str:
+    """The CPU's model name with its family, model and stepping: a VM may give two generations of
+    CPU one name ("AMD EPYC"), and only these numbers tell them apart."""
+    fields = cpu_fields()
     name = fields.get("model name") or platform.processor() or platform.machine()
     family = [f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields]
     return f"{name} ({', '.join(family)})" if family else name
@@ -88,10 +94,11 @@ def cpu_model() -> str:
 
 def machine_fingerprint(device: torch.device) -> dict[str, str]:
     """What a run's numbers depend on besides its seed and config. torch and oneDNN pick their CPU
-    kernels by the instruction set (`cpu_capability`: AVX2, AVX512, …), and two kernels round
-    differently, so one seed writes one `games.csv` per machine: the same seed on two machines is two
-    independent draws, and runs pair seed by seed only where this is
-    equal."""
+    kernels by the instruction set (`cpu_capability`: AVX2, AVX512, …) and, through the BLAS they
+    call, by the CPU's vendor (`cpu_vendor`: an AMD Zen 4 and an Intel CPU both report AVX512 and
+    still round differently); two kernels round differently, so one seed writes one `games.csv` per
+    machine: the same seed on two machines is two independent draws, and runs pair seed by seed only
+    where this is equal."""
     def installed(package: str) -> str:
         try:
             return version(package)
@@ -99,6 +106,7 @@ def machine_fingerprint(device: torch.device) -> dict[str, str]:
             return "absent"
     fingerprint = {
         "cpu": cpu_model(),
+        "cpu_vendor": cpu_fields().get("vendor_id") or platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-OTHER_MACHINE = {"cpu": "Some CPU (cpu family 6, model 143, stepping 8)", "cpu_capability": "AVX512", "device": "cpu",
+OTHER_MACHINE = {"cpu": "Some CPU (cpu family 6, model 143, stepping 8)", "cpu_vendor": "GenuineIntel", "cpu_capability": "AVX512", "device": "cpu",
                  "torch": "2.13.0+cpu", "numpy": "2.4.6", "ale_py": "0.12.1"}
 
 

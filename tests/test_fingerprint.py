@@ -3,8 +3,9 @@ games.csv and of its final parameters. A change that only moves code (a split fi
 checkpoint, one function in place of two) must leave both as they were; a change that alters what
 is learned fails here and records the new fingerprint on purpose.
 
-The numbers depend on the kernels torch picks for the CPU's instruction set and on the library
-versions (ppo/devices.py, machine_fingerprint), so a fingerprint is recorded per such machine; on
+The numbers depend on the kernels torch picks, which follow the CPU's vendor and instruction set,
+and on the library versions (ppo/devices.py, machine_fingerprint), so a fingerprint is recorded per
+such machine; on
 one not recorded the test is skipped, naming the line to add, and the suite's summary says in a
 banner of its own that what is learned was not checked (tests/conftest.py)."""
 
@@ -27,13 +28,20 @@ ARGS = ["--updates", "3", "--n-workers", "2", "--envs-per-worker", "2", "--worke
         "--epochs", "2", "--seed", "3", "--torch-threads", "1", "--precision", "fp32", "--device", "cpu",
         "--checkpoint-every", "0"]
 
-# (cpu_capability, torch, numpy, ale_py) -> (sha256 of games.csv, sha256 of the parameters).
+# (cpu_vendor, cpu_capability, torch, numpy, ale_py) -> (sha256 of games.csv, sha256 of the parameters).
+# The instruction set alone does not pick the kernels: an Intel Xeon and an AMD Zen 4 both report
+# AVX512, and the BLAS torch calls takes other code paths on each, so their parameters' last bits differ.
 FINGERPRINTS = {
-    ("AVX512", "2.13.0+cpu", "2.4.6", "0.12.1"): (
+    ("GenuineIntel", "AVX512", "2.13.0+cpu", "2.4.6", "0.12.1"): (
         "941bf5e53c4af127207e02a194bcb0c0c035decf2c26122caa2fa38d5f132b1f",
         "72180ed1620d3065698908e3e444f5c3f1bf85163ede8dffd2b0739bf68ec91f"),
-    # The same games as on AVX-512; the parameters' last bits differ with the kernels' instruction set.
-    ("AVX2", "2.13.0+cpu", "2.4.6", "0.12.1"): (
+    # AMD EPYC, Zen 4 (family 25, model 17): AVX-512 with BF16.
+    ("AuthenticAMD", "AVX512", "2.13.0+cpu", "2.4.6", "0.12.1"): (
+        "941bf5e53c4af127207e02a194bcb0c0c035decf2c26122caa2fa38d5f132b1f",
+        "5003ba35b7a00771d7b93fef09244cda15b5449a61f78f9d2016a99b56bff3d9"),
+    # AMD EPYC with AVX2 only (Zen 3, family 25, model 1). The same games everywhere: only the
+    # parameters' last bits differ with the kernels.
+    ("AuthenticAMD", "AVX2", "2.13.0+cpu", "2.4.6", "0.12.1"): (
         "941bf5e53c4af127207e02a194bcb0c0c035decf2c26122caa2fa38d5f132b1f",
         "f17e542adddf00462677c45532fa6535cc55b95477d2dc3ed80969da1cd09c9b"),
 }
@@ -51,7 +59,7 @@ def parameters_hash(model: dict[str, torch.Tensor]) -> str:
 
 def machine_key() -> tuple[str, ...]:
     machine = machine_fingerprint(torch.device("cpu"))
-    return tuple(machine[k] for k in ("cpu_capability", "torch", "numpy", "ale_py"))
+    return tuple(machine[k] for k in ("cpu_vendor", "cpu_capability", "torch", "numpy", "ale_py"))
 
 
 def test_a_short_run_learns_bit_for_bit_what_it_learned_before(cli, tmp_path: Path) -> None:
