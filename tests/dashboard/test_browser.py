@@ -74,7 +74,7 @@ def test_hyperparameter_page_lists_the_live_values_and_is_off_for_an_ended_run(
 class FramingSite(BaseHTTPRequestHandler):
     """Another site: its page frames each page of the dashboard, and a page of its own."""
 
-    targets: list[str] = []
+    targets: tuple[str, ...] = ()
 
     def do_GET(self) -> None:
         frames = [*self.targets, "/own"] if self.path == "/" else []
@@ -95,7 +95,7 @@ def test_a_page_of_another_site_cannot_frame_the_dashboard(dashboard: Dashboard,
     # frames in the page's process, where the page's frame tree shows them.
     pages = ["/", "/runs", "/compare", f"/hyperparams/{finished_run}", f"/run/{finished_run}"]
     targets = [f"http://localhost:{dashboard.port}{page}" for page in pages]
-    handler = type("Site", (FramingSite,), {"targets": targets})
+    handler = type("Site", (FramingSite,), {"targets": tuple(targets)})
     site = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=site.serve_forever, daemon=True)
     thread.start()
