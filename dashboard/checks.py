@@ -45,6 +45,21 @@ def _track(value: Any, path: str) -> None:
                                   f"expected at most {MAX_SERIES_NAME}")
 
 
+def run_statuses() -> tuple[str, ...]:
+    """The statuses labml-app knows (its `RunEnums`): what labml's client sends at a run's end
+    ('completed', 'interrupted', 'crashed') and what labml-app itself sets. labml-app ranks a run's
+    stored status in a table of exactly these, so any other string made every page of the run a 500."""
+    from labml_app.enums import RunEnums
+
+    return tuple(value for name, value in vars(RunEnums).items() if name.startswith("RUN_") and isinstance(value, str))
+
+
+def _run_status(value: Any, path: str) -> None:
+    accepted = run_statuses()
+    if value not in accepted:
+        schema.fail(path, value, "one of " + ", ".join(f"'{s}'" for s in accepted))
+
+
 # A labml client packet: every key labml-app reads, with the JSON types its readers assume
 # (e.g. the run page formats `commit` as text and indexes `repo_remotes`).
 PACKET = schema.obj({
@@ -57,7 +72,7 @@ PACKET = schema.obj({
                                          required=("name", "computed"))),
     "favorite_configs": schema.list_of(schema.string), "selected_configs": schema.list_of(schema.string),
     "indicators": schema.dict_of(schema.obj({})), "wildcard_indicators": schema.dict_of(schema.obj({})),
-    "status": schema.obj({"rank": schema.integer, "status": schema.string, "time": schema.number}),
+    "status": schema.obj({"rank": schema.integer, "status": _run_status, "time": schema.number}),
     "track": _track,
     "stdout": schema.string, "stderr": schema.string, "logger": schema.string,
 })

@@ -168,7 +168,8 @@ class DashboardHandlers:
             r = run_db.get(run_uuid)
             r.start_time = started
             r.save()
-        await anyio.to_thread.run_sync(self.hp_store.set_reported, run_uuid, reported_values(packets))
+        declared = dynamic_specs(r.configs) if r is not None else {}
+        await anyio.to_thread.run_sync(self.hp_store.set_reported, run_uuid, reported_values(packets, declared), declared)
         if ended(packets):
             # Nothing will take them: a resume starts a new leg.
             await anyio.to_thread.run_sync(self.hp_store.drop_pending, run_uuid)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,12 +130,15 @@ def validate_changes(specs: Mapping[str, DynamicParamSpec], changes: Any) -> dic
     return accepted
 
 
-def reported_values(packets: Any) -> dict[str, Number]:
-    """The latest `hp.<key>` values a run tracked, from the packets of one `/track` request.
+def reported_values(packets: Any, declared: Collection[str]) -> dict[str, Number]:
+    """The latest `hp.<key>` values a run tracked, from the packets of one `/track` request, for
+    the `declared` keys (the run's live hyperparameters) only.
 
     labml tracks a dynamic hyperparameter as `hp.<key>` whenever the run reads it;
     labml-app drops `hp.*` series from its charts, so the dashboard keeps the last value.
     (labml may average values within one send, so this is the mean over its last window.)
+    Any client may send other `hp.*` names, as many as it likes: kept, each would stay in the
+    store's file, which is rewritten whole on every change.
     """
     found: dict[str, Number] = {}
     for packet in packets if isinstance(packets, list) else [packets]:
@@ -143,7 +146,8 @@ def reported_values(packets: Any) -> dict[str, Number]:
         if not isinstance(track, dict):
             continue
         for name, series in track.items():
-            if not (isinstance(name, str) and name.startswith("hp.") and isinstance(series, dict)):
+            if not (isinstance(name, str) and name.startswith("hp.") and name[len("hp."):] in declared
+                    and isinstance(series, dict)):
                 continue
             values = series.get("value")
             if isinstance(values, list) and values and isinstance(values[-1], (int, float)) \
@@ -271,16 +275,20 @@ class HyperParamStore:
         self._file.write(change)
         return dropped
 
-    def set_reported(self, run_uuid: str, values: Mapping[str, Number]) -> None:
+    def set_reported(self, run_uuid: str, values: Mapping[str, Number], declared: Collection[str] | None = None) -> None:
         """The values the run tracked; a sent change it now reports using is applied. A report of
         another value leaves it sent: labml may still be delivering what the run tracked before
-        it received the change."""
+        it received the change. Given the run's `declared` keys, a reported value of any other
+        key is dropped (a store written before undeclared ones were left out may hold some)."""
         with self._lock:
             entry = self._run(run_uuid)
             reported, sent = entry["reported"], entry["sent"]
             confirmed = [k for k, v in values.items() if k in sent and same_value(sent[k], v)]
-            if not confirmed and all(reported.get(k) == v for k, v in values.items()):
+            undeclared = [] if declared is None else [k for k in reported if k not in declared]
+            if not confirmed and not undeclared and all(reported.get(k) == v for k, v in values.items()):
                 return
+            for key in undeclared:
+                del reported[key]
             reported.update(values)
             for key in confirmed:
                 del sent[key]

@@ -18,7 +18,8 @@ What is changed (each function says why):
   (`chart_bundle_route`);
 - its middleware: the stock error middleware out of `user_middleware`, our JSON errors in
   (`add_exception_handler`, `answer_errors_as_json`); CORS `allow_origins` (`trust_only_origin`);
-  our request guard outermost (`add_middleware`, `guard_requests`).
+  our request guard, and outermost the refusal of framing on every answer (`add_middleware`,
+  `guard_requests`).
 Elsewhere labml-app is only read, and its records written through its models (`handlers`,
 `stock_api`, `compare`); `tests/test_architecture.py` fails on a change made anywhere else.
 """
@@ -45,7 +46,7 @@ from dashboard.hyperparams import HyperParamStore
 from dashboard.lane import StoreLane
 from dashboard.store import AtomicFileDbDriver, AtomicFileIndexDbDriver
 from dashboard.usage import RunUsage
-from dashboard.web import error_response
+from dashboard.web import FramingRefused, error_response
 
 
 def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None) -> ModuleType:
@@ -171,9 +172,11 @@ def trust_only_origin(flask_app: ModuleType, origin: str) -> None:
 
 
 def guard_requests(app: FastAPI, allowed_hosts: frozenset[str], max_body_bytes: int) -> None:
-    """`guard.RequestGuard` around everything, so a refused request reaches nothing else: call it
-    last, as Starlette runs the middleware added last first."""
+    """`guard.RequestGuard` around everything, so a refused request reaches nothing else, and
+    around it `web.FramingRefused`, so every answer (a refusal too) forbids framing: call it last,
+    as Starlette runs the middleware added last first."""
     app.add_middleware(RequestGuard, allowed_hosts=allowed_hosts, max_body_bytes=max_body_bytes)
+    app.add_middleware(FramingRefused)
 
 
 def present_runs(hp_store: HyperParamStore) -> None:

@@ -17,7 +17,8 @@ instance) is reachable from this user's processes only:
   umask's mode, 0644 with the usual umask); and a token that leaked from such a file before does
   not open this instance. Ray's own files (Unix sockets, logs, spilled objects, which Ray makes
   writable by every account) go in that folder too, out of the shared /tmp/ray; they are removed
-  when the instance stops, the folder when the process ends.
+  when the instance stops, the folder when the process ends (or, for a process killed with
+  SIGKILL, at the next start: `stale_ray_folders`).
 * Ray 2.60 or newer: the version whose sources and behaviour were checked for both points above
   (with Ray 2.58, a client without a token replaced a sweep's trial function through the GCS).
 
@@ -41,6 +42,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from game.vector import stale_ray_folders
 
 __all__ = ["INSTALL_HINT", "MIN_RAY", "import_ray", "join_ray_cluster", "ray_connected", "ray_installed",
            "ray_refusal", "ray_version_problem", "start_private_ray", "stop_ray",
@@ -138,8 +141,10 @@ def _private_folder() -> Path:
     process reads its token once and keeps it, so a second private Ray in the same process (the
     tests' instances) must have the same token."""
     if "folder" not in _private:
-        made = Path(tempfile.mkdtemp(prefix="ray-private-"))  # mode 0700
+        stale_ray_folders.remove_stale_folders(Path(tempfile.gettempdir()))
+        made = Path(tempfile.mkdtemp(prefix=stale_ray_folders.PREFIX))  # mode 0700
         atexit.register(shutil.rmtree, made, ignore_errors=True)
+        stale_ray_folders.write_owner(made)
         fd = os.open(made / "auth_token", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))

@@ -1,9 +1,12 @@
-"""The real front-end in a real browser: the run page shows the run and draws its metric chart."""
+"""The real front-end in a real browser: the run page shows the run and draws its metric chart; no
+page of the dashboard is shown in a frame of another site's page."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -66,3 +69,47 @@ def test_hyperparameter_page_lists_the_live_values_and_is_off_for_an_ended_run(
     assert link_off and link[0] == "Live hyperparameters: off" and "is completed" in link[1]
     _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{finished_run}")
     assert info["params"]["learning_rate"]["pending"] is None
+
+
+class FramingSite(BaseHTTPRequestHandler):
+    """Another site: its page frames each page of the dashboard, and a page of its own."""
+
+    targets: tuple[str, ...] = ()
+
+    def do_GET(self) -> None:
+        frames = [*self.targets, "/own"] if self.path == "/" else []
+        body = "".join(f'<iframe src="{src}"></iframe>' for src in frames).encode() or b"<p>its own page</p>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_page_of_another_site_cannot_frame_the_dashboard(dashboard: Dashboard, finished_run: str,
+                                                           no_leftover_processes: None, chromium: Chromium) -> None:
+    # Both on localhost: another origin (another port), yet the same site, so Chromium keeps the
+    # frames in the page's process, where the page's frame tree shows them.
+    pages = ["/", "/runs", "/compare", f"/hyperparams/{finished_run}", f"/run/{finished_run}"]
+    targets = [f"http://localhost:{dashboard.port}{page}" for page in pages]
+    handler = type("Site", (FramingSite,), {"targets": tuple(targets)})
+    site = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=site.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with chromium.tab() as browser:
+            browser.load(f"http://localhost:{site.server_address[1]}/")
+            assert browser.wait_until("document.readyState === 'complete' && document.querySelectorAll('iframe').length === 6",
+                                      PAGE_LIMIT_S)
+            frames = [child["frame"] for child in browser.call("Page.getFrameTree")["frameTree"].get("childFrames", [])]
+    finally:
+        site.shutdown()
+        site.server_close()
+        thread.join()
+    shown = {frame.get("unreachableUrl") or frame["url"]: frame["url"] for frame in frames}
+    # Chromium shows its error page in place of each dashboard page; the site's own page is framed.
+    assert shown == {**dict.fromkeys(targets, "chrome-error://chromewebdata/"),
+                     f"http://localhost:{site.server_address[1]}/own": f"http://localhost:{site.server_address[1]}/own"}, frames

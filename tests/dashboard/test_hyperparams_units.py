@@ -172,8 +172,19 @@ def test_an_integer_parameter_is_reported_as_an_integer() -> None:
 
 def test_reported_values_take_the_last_hp_value() -> None:
     packets = [{"track": {"hp.learning_rate": {"step": [1, 2], "value": [1e-4, 2e-4]}, "loss": {"value": [1.0]}}},
-               {"track": {"hp.epochs": {"step": [3], "value": [5]}, "hp.bad": {"value": ["x"]}}}, "junk"]
-    assert reported_values(packets) == {"learning_rate": 2e-4, "epochs": 5}
+               {"track": {"hp.epochs": {"step": [3], "value": [5]}, "hp.bad": {"value": ["x"]},
+                          "hp.undeclared": {"step": [3], "value": [7.0]}}}, "junk"]
+    assert reported_values(packets, {"learning_rate", "epochs", "bad"}) == {"learning_rate": 2e-4, "epochs": 5}
+    assert reported_values(packets, {"epochs"}) == {"epochs": 5}
+
+
+def test_a_report_drops_the_reported_values_of_undeclared_keys(tmp_path: Path) -> None:
+    # A store written while any hp.* name was kept: the run's next report keeps its declared ones.
+    path = tmp_path / "hp.json"
+    path.write_text('{"run":{"delivered":{},"pending":{},"reported":{"epochs":4.0,"junk0":1.0,"junk1":2.0},"sent":{}}}')
+    store = HyperParamStore(path)
+    store.set_reported("run", {"epochs": 4.0}, {"epochs", "learning_rate"})
+    assert HyperParamStore(path).get("run")["reported"] == {"epochs": 4.0}
 
 
 def _config(computed: Any, name: str = "lr") -> dict[str, Any]:

@@ -4,6 +4,7 @@ the run reports training with it; a run that is not running takes none (API 409,
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -148,3 +149,26 @@ def test_a_change_queued_for_the_next_leg_waits_for_it_and_reaches_it(dashboard:
     assert track(dashboard, run_uuid, leg_start(400))["dynamic"] == {"epochs": 6}
     _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
     assert info["params"]["epochs"]["pending"] is None and info["params"]["epochs"]["sent"] == 6
+
+
+def test_reported_values_are_kept_for_the_run_s_live_keys_only(dashboard: Dashboard) -> None:
+    """Any client may send `hp.*` series of any name. Each reported value was kept in
+    hyperparams.json, which is rewritten whole on every change: a client grew it to 16 MB. Only the
+    run's declared live keys are kept, and they still take changes and report them."""
+    hyperparams = dashboard.data_dir / "hyperparams.json"
+    run_uuid = new_run(dashboard)
+    track(dashboard, run_uuid, reports(2.5e-4, 4.0, 1))
+    before = hyperparams.stat().st_size
+    names = [f"hp.undeclared_{i}".ljust(200, "x") for i in range(250)]
+    for step in range(2, 6):  # 250 names of 200 characters: 50 kB more in the file, each time, if they were kept
+        track(dashboard, run_uuid, {"track": {name: {"step": [step], "value": [1.0]} for name in names}, "time": 2.0})
+    # The run's own record is written again on each report, with the same values: not a byte more.
+    assert hyperparams.stat().st_size == before
+    status, _ = dashboard.request("POST", f"/api/v1/hyperparams/{run_uuid}", {"learning_rate": 5e-4})
+    assert status == 200
+    flood = {name: {"step": [6], "value": [2.0]} for name in names}
+    assert track(dashboard, run_uuid, {"track": flood, "time": 3.0})["dynamic"] == {"learning_rate": 5e-4}
+    track(dashboard, run_uuid, {"track": {**flood, **reports(5e-4, 4.0, 7)["track"]}, "time": 4.0})
+    _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{run_uuid}")
+    assert info["params"]["learning_rate"]["applied"] == 5e-4 and info["params"]["learning_rate"]["sent"] is None
+    assert json.loads(hyperparams.read_text())[run_uuid]["reported"] == {"learning_rate": 5e-4, "epochs": 4.0}

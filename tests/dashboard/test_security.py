@@ -4,10 +4,13 @@ lasting denial of service and large posts: test_denial_of_service.py).
 1. DNS rebinding: a request whose Host names another site is refused.
 2. Cross-site writes: what a page on another site can send (text/plain, no-cors, a foreign
    Origin) changes nothing; a run's declared live-hyperparameter ranges cannot be rewritten.
+3. Framing: no answer may be shown in another site's frame (headers here; the browser's refusal
+   in test_browser.py).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 from pathlib import Path
 from typing import Any
@@ -200,3 +203,39 @@ def test_malformed_live_range_declarations_are_refused(dashboard: Dashboard) -> 
         assert status == 400, (computed, answer)
         assert_refused(answer, "field configs.lr.computed", "expected a DynamicSchedule")
         assert dashboard.request("GET", f"/api/v1/run/{run_uuid}")[0] == 404
+
+
+# 3. Framing
+
+
+def answer_headers(dashboard: Dashboard, path: str, host: str | None = None) -> tuple[int, str, dict[str, list[str]]]:
+    """(status, content type, every header by lower-case name) of a GET."""
+    conn = http.client.HTTPConnection("127.0.0.1", dashboard.port, timeout=60)
+    try:
+        conn.request("GET", path, headers={"Host": host or f"127.0.0.1:{dashboard.port}"})
+        response = conn.getresponse()
+        response.read()
+        headers: dict[str, list[str]] = {}
+        for name, value in response.getheaders():
+            headers.setdefault(name.lower(), []).append(value)
+        return response.status, response.getheader("content-type", ""), headers
+    finally:
+        conn.close()
+
+
+def test_no_page_can_be_framed_by_another_site(dashboard: Dashboard, finished_run: str) -> None:
+    """A page of another site could show a dashboard page in an invisible frame and take the owner's
+    clicks (Apply, Archive) for its own: every answer forbids framing, each HTML page first."""
+    pages = ["/", "/runs", "/compare", f"/compare?runs={finished_run}", f"/hyperparams/{finished_run}",
+             f"/run/{finished_run}", f"/metrics/{finished_run}", "/index.html", "/no/such/page",
+             "/_dashboard/page.html", "/_dashboard/compare.html", "/_dashboard/hyperparams.html"]
+    others = [f"/api/v1/run/{finished_run}", "/api/v1/no-such-endpoint", "/js/bundle.min.js", "/_dashboard/compare.js"]
+    for path in [*pages, *others]:
+        status, content_type, headers = answer_headers(dashboard, path)
+        assert status == (404 if "no-such" in path else 200), (path, status)
+        assert (path in pages) == content_type.startswith("text/html"), (path, content_type)
+        assert headers.get("x-frame-options") == ["DENY"], (path, headers)
+        assert headers.get("content-security-policy") == ["frame-ancestors 'none'"], (path, headers)
+    # A refusal made before anything else is reached carries them too.
+    status, _, headers = answer_headers(dashboard, "/", host="rebind.evil.example")
+    assert status == 421 and headers.get("x-frame-options") == ["DENY"], headers

@@ -26,7 +26,7 @@ from dashboard.store import (
     atomic_write,
 )
 from dashboard.usage import RUN_BYTES, SERIES_BYTES, RunUsage, packet_charge
-from dashboard.web import BadRequest
+from dashboard.web import BadRequest, without_framing
 
 
 def test_atomic_write_replaces_whole_files(tmp_path: Path) -> None:
@@ -232,3 +232,13 @@ def test_a_record_file_is_written_whole_and_in_order(tmp_path: Path) -> None:
     records.write(records.stage("c", [1]))
     assert json.loads((tmp_path / "r.json").read_text("utf-8")) == {"b": {"n": "é"}, "c": [1]}
     assert RecordFile(tmp_path / "r.json", "records").load() == {"b": {"n": "é"}, "c": [1]}
+
+
+@pytest.mark.parametrize(("policy", "merged"), [
+    ("", "frame-ancestors 'none'"),
+    ("default-src 'self'", "default-src 'self'; frame-ancestors 'none'"),
+    ("default-src 'self'; FRAME-ANCESTORS https://a.example ;img-src data:", "default-src 'self'; img-src data:; frame-ancestors 'none'"),
+    ("frame-ancestors *;", "frame-ancestors 'none'"),
+])
+def test_an_answer_s_own_content_security_policy_keeps_its_directives_and_forbids_framing(policy: str, merged: str) -> None:
+    assert without_framing(policy) == merged
