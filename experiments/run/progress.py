@@ -51,7 +51,7 @@ def rate(since: tuple[float, int, int], now: float, update: int, env_steps: int,
          total: int) -> tuple[float | None, float | None]:
     """(agent steps/s, ETA in seconds) from the updates done since `since` = (when, update, agent
     steps) at the end of the first update shown. That first update is left out: its time holds the
-    start-up (workers starting, the first rollout's memory, the first kernels), which no later
+    start-up (labml's start, the first rollout's memory, the first kernels), which no later
     update repeats; counted in, it made the first ETAs several times too long."""
     when, first_update, first_steps = since
     span, done = now - when, update - first_update
