@@ -1,7 +1,8 @@
 """A run's evaluation videos, read from the trainer's runs folder (`--runs-dir`), for its run page.
 
 The trainer films games into its run folder, ``data_dir/<name>/<uuid>/``: ``--eval-video-every``
-writes ``videos/update_NNNNNN.mp4`` there, ``experiments.evaluate --video`` wherever it is told.
+writes ``videos/update_NNNNNN.mp4`` there, and ``experiments.evaluate --video NAME.mp4`` writes a
+bare file name there too (a path with a folder goes where it says, shown here only inside a run folder).
 Started with ``--runs-dir DATA_DIR``, the dashboard reads them where they lie: nothing is copied,
 and the only thing it adds to what it exposes is a read of MP4 files inside run folders.
 

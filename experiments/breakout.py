@@ -2,7 +2,8 @@
 
 Parse, plan, run: the command line is read from configs/ alone (so `--help` and a refused option
 answer before torch loads), the launch is planned whole before anything starts, then the run acts
-on the plan. The last line printed on stdout is the path of the run's `summary.json`.
+on the plan. The last line printed on stdout is the path of the run's `summary.json` (relative
+to the current folder when it lies under it, as every path the run prints).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 
 from configs.cli import OneLineParser, fail, parse_overrides
 from configs.fields import ConfigError
-from experiments.run.console import say
+from experiments.run.console import say, shown
 from experiments.run.plan import LaunchRefused, plan_launch
 from game.atari import canonical_game
 
@@ -42,7 +43,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         fail(f"--ray-address {plan.config.ray_address}: could not connect to a Ray cluster there ({str(e).splitlines()[0]})")
     # stdout holds only this path (everything for people goes to stderr): `$(python -m experiments.breakout)` is the path.
     if result.summary_path is not None:
-        say(str(result.summary_path), sys.stdout)
+        say(shown(result.summary_path), sys.stdout)
     return result.exit_code
 
 

@@ -1,9 +1,10 @@
 """Watch a trained agent play and score it: `python -m experiments.evaluate --help`.
 
-    python -m experiments.evaluate --run RUN_UUID --games 10 --video breakout.mp4
+    python -m experiments.evaluate --run RUN_UUID --games 10 --video evaluate.mp4
 
 Plays whole games (all lives) with the run's policy on the run's own game settings, prints each
-game's full-game unclipped score, then `mean ± std`, and films the first game. Those lines are for
+game's full-game unclipped score, then `mean ± std`, and films the first game (a bare file name
+into the run's folder, where the dashboard shows it). Those lines are for
 people and go to stderr; stdout holds one line, a JSON object with the results. Bad input is one
 `error:` line and exit code 2, before anything is played or written.
 """
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from configs.cli import OneLineParser, bad_value, fail
 from configs.fields import DEFAULT_GREEDY_EPSILON, MAX_SEED, MAX_UPDATES, device_name
 from configs.ppo import ConfigError
-from experiments.run.console import say
+from experiments.run.console import say, shown
 
 if TYPE_CHECKING:
     import torch
@@ -75,12 +76,25 @@ def parse_device(text: str) -> torch.device:
 
 
 def _video_path(text: str | None) -> Path | None:
-    """A path an MP4 can be written to; checked by creating (and removing) a file beside it."""
+    """`--video` as given, refused early where it can be: a bare file name goes into the run's
+    folder (where the dashboard shows it), found only once the checkpoint is (`film_in_run_folder`);
+    a path with a folder goes where it says, checked now."""
     if text is None:
         return None
     path = Path(text)
     if path.suffix.lower() != ".mp4":
         bad_value("--video", text, "a file name ending in .mp4")
+    if "/" not in text:
+        if text.startswith("."):  # the dashboard shows no hidden file (a film being written is one)
+            bad_value("--video", text, f"a file name that does not start with '.' (the dashboard hides those), "
+                                       f"or a path with a folder, such as ./{text}")
+        return path
+    _check_writable(text, path)
+    return path
+
+
+def _check_writable(text: str, path: Path) -> None:
+    """A path an MP4 can be written to; checked by creating (and removing) a file beside it."""
     if path.is_dir():
         bad_value("--video", text, "a file path, not a folder")
     parent = path.parent
@@ -93,7 +107,32 @@ def _video_path(text: str | None) -> Path | None:
             pass
     except OSError as e:
         bad_value("--video", text, f"a path in a writable folder ({parent}: {e.strerror or e})")
-    return path
+
+
+def run_folder_of(checkpoint_file: Path, checkpoint: dict[str, Any]) -> Path | None:
+    """The folder of the run a checkpoint belongs to, `data_dir/<name>/<uuid>/`: the nearest folder
+    above it named by its run's uuid (as given first, so a relative path stays one), or None."""
+    uuid = _run_uuid_of(checkpoint_file, checkpoint)
+    if uuid is None:
+        return None
+    for path in (checkpoint_file, checkpoint_file.resolve()):
+        for folder in path.parents:
+            if folder.name == uuid:
+                return folder
+    return None
+
+
+def film_in_run_folder(text: str, video: Path, checkpoint_file: Path, checkpoint: dict[str, Any]) -> Path:
+    """Where `--video TEXT` is written: a bare name into the run's folder, checked there; a path
+    with a folder as it is (checked already)."""
+    if "/" in text:
+        return video
+    folder = run_folder_of(checkpoint_file, checkpoint)
+    if folder is None:
+        bad_value("--video", text, f"a path with a folder, such as ./{text}: a bare name goes into the run's "
+                                   f"folder, and {checkpoint_file} lies in no run folder")
+    _check_writable(text, folder / video)
+    return folder / video
 
 
 def _run_uuid_of(path: Path, checkpoint: dict[str, Any]) -> str | None:
@@ -154,7 +193,9 @@ def build_parser(prog: str = PROG) -> OneLineParser:
                         help="folder that holds the runs (default: runs)")
     parser.add_argument("--games", metavar="N", default="10", help=f"whole games (all lives) to play, 1 to {MAX_GAMES:_} (default: 10)")
     parser.add_argument("--video", metavar="PATH.mp4", default=None,
-                        help="film the first game to this .mp4 (default: no video)")
+                        help="film the first game to this .mp4: a bare name goes into the run's folder, where "
+                             "the dashboard shows it; a path with a folder (./NAME.mp4 too) where it says "
+                             "(default: no video)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="greedy", action="store_true", default=False,
                       help="act by argmax of the policy's logits")
@@ -197,6 +238,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                   f"a checkpoint written by python -m experiments.breakout (its config or weights do not fit: {e})")
     if not is_known_game(spec.game):
         bad_value(option, value, f"a checkpoint of an ALE game (its config names {spec.game!r})")
+    if video is not None:
+        video = film_in_run_folder(args.video, video, path, state)
 
     assert games is not None and seed is not None
     mode = "greedy" if args.greedy else "sampled"
@@ -216,7 +259,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
           f"(min {stats['min']:g}, max {stats['max']:g})"
           + (f"; {truncated} truncated, their scores are partial" if truncated else ""))
     if video is not None:
-        say(f"video of game 1: {video}")
+        say(f"video of game 1: {shown(video)}")
     result = {
         "games": games,
         "scores": scores,
@@ -224,7 +267,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         "truncated": [e.truncated for e in episodes],
         **stats,
         "checkpoint": str(path),
-        "video": str(video) if video is not None else None,
+        "video": shown(video) if video is not None else None,
         "greedy": args.greedy,
         "epsilon": epsilon,
         "seed": seed,

@@ -4,7 +4,9 @@
     python -m experiments.tweak RUN_UUID            # list them
 
 The run receives the new values with its next update to the dashboard; a run that is not
-running (completed, interrupted, crashed) takes none: the change is refused.
+running (completed, interrupted, crashed) takes none: the change is refused. Every refusal (that
+one, a bad value, an unknown run, no dashboard answering at --dashboard) is one line and exit
+code 2; a dashboard that fails (HTTP 5xx) gives exit code 1.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from configs.cli import OneLineParser, docstring_help, fail
 from configs.machine import url_problem
@@ -85,6 +87,20 @@ def unknown_run(run_uuid: str, dashboard: str, data_dir: str) -> str:
     return line + f". Its folder {run_dir} says it reported to {elsewhere}: add --dashboard {elsewhere}"
 
 
+def failed(e: DashboardError, run_uuid: str, dashboard: str, data_dir: str) -> NoReturn:
+    """Exit on the dashboard's answer: code 2 for a refusal of what was asked (its 4xx, or no
+    dashboard answering at --dashboard), 1 for a dashboard that failed (its 5xx)."""
+    if e.status == 404 and str(e).startswith("unknown run"):
+        fail(unknown_run(run_uuid, dashboard, data_dir))
+    if e.status is not None and 400 <= e.status < 500:
+        fail(str(e))  # the request itself was wrong
+    if e.status is None:  # nothing listens there, or what does is no dashboard: --dashboard is wrong
+        asked = strip_userinfo(dashboard)
+        fail(f"--dashboard {asked}: expected a dashboard answering there (start one: python -m "
+             f"experiments.dashboard); {str(e).replace(dashboard.rstrip('/'), asked.rstrip('/'))}")
+    fail(str(e), code=1)
+
+
 PROG = "python -m experiments.tweak"
 
 
@@ -125,11 +141,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             return 0
         pending = set_hyperparams(args.dashboard, args.run_uuid, changes)
     except DashboardError as e:
-        if e.status == 404 and str(e).startswith("unknown run"):
-            parser.fail(unknown_run(args.run_uuid, args.dashboard, args.data_dir))
-        if e.status is not None and 400 <= e.status < 500:
-            parser.fail(str(e))  # the request itself was wrong
-        fail(str(e), code=1)
+        failed(e, args.run_uuid, args.dashboard, args.data_dir)
     print(escaped("queued: " + ", ".join(f"{k}={v}" for k, v in pending.items()) +
                   " (the run applies them with its next update)"))
     return 0

@@ -127,8 +127,10 @@ class Cli:
         env.pop("labml_app_url", None)
         return env
 
-    def run(self, module: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=self.env(),
+    def run(self, module: str, *args: str, timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+        """From the repo, or from `cwd` with the repo's code (as a user runs it from their own folder)."""
+        env = self.env() if cwd == REPO else dict(self.env(), PYTHONPATH=str(REPO))
+        return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=timeout)
 
     def start(self, module: str, *args: str) -> subprocess.Popen[str]:

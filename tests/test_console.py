@@ -28,7 +28,7 @@ from configs.grouping import grouped_for_cores
 from configs.ppo import PPOConfig
 from experiments.run.console import Console
 from experiments.run.labml.console import console_through
-from experiments.run.progress import ProgressLine, hms, progress_text
+from experiments.run.progress import ProgressLine, hms, progress_text, rate
 from experiments.run.report import NOT_CARRIED, changed_options, next_commands, summary_line
 from ppo.checkpoint import load_checkpoint
 from tests.conftest import REPO, wait_for_file
@@ -96,6 +96,23 @@ def test_times_are_hours_minutes_seconds_and_the_line_says_k_of_n() -> None:
     assert progress_text(1, 3, 128, None, None, 9.0, None).startswith("update 1/3 (33.3%) · elapsed 0:00:09 · ETA -:--:-- · score -")
 
 
+def test_the_eta_leaves_out_the_first_update_whose_time_holds_the_start_up() -> None:
+    # A resume at update 500 of 976, 128 agent steps an update. Its first update ends 50 s after
+    # the loop started (most of it start-up); ten more end at 70 s, 2 s each: 976 − 511 = 465
+    # left × 2 s = 930 s, at 1,280 steps / 20 s = 64 steps/s. Counted from the loop's start, the
+    # same moment would have said 465 × 70 / 11 = 2,959 s.
+    since = (50.0, 501, 501 * 128)
+    assert rate(since, 70.0, 511, 511 * 128, 976) == (64.0, 930.0)
+    assert hms(930.0) == "0:15:30"
+    assert rate(since, 50.0, 501, 501 * 128, 976) == (None, None)  # nothing measured after it yet
+    assert rate(since, 1000.0, 976, 976 * 128, 976)[1] == 0.0  # the last update: done
+    log = io.StringIO()
+    with ProgressLine(500, 500 * 128, 976, 0.0, Console(log), interactive=False) as progress:
+        progress.show(501, 501 * 128, None)
+    assert " · ETA -:--:-- · " in log.getvalue()  # the first update gives no ETA at all
+    assert progress.since is not None and progress.since[1:] == (501, 501 * 128)
+
+
 @pytest.mark.parametrize(("cores", "grouping"), [(1, (1, 8)), (2, (2, 4)), (3, (2, 4)), (4, (4, 2)), (7, (4, 2)), (8, (8, 1)), (64, (8, 1))])
 def test_the_8_games_are_grouped_by_the_usable_cores(cores: int, grouping: tuple[int, int]) -> None:
     grouped = grouped_for_cores(PPOConfig(), cores)
@@ -144,27 +161,37 @@ def test_the_labml_internals_we_adjust_still_exist() -> None:
 # ---- the real command line ---------------------------------------------------------------------
 
 def test_a_short_run_shows_its_progress_then_a_summary_and_commands_that_work(cli, tmp_path: Path) -> None:
-    result = cli.run("experiments.breakout", "--updates", "3", *TINY, "--data-dir", str(tmp_path))
+    # Started from a folder of the user's, as the docs show it: every path printed is relative to
+    # it, stdout's too, and the printed evaluate command films into the run's folder from there.
+    result = cli.run("experiments.breakout", "--updates", "3", *TINY, "--data-dir", "runs", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = summary_of(result.stdout)
+    (printed,) = result.stdout.splitlines()
+    summary = summary_of(str(tmp_path / printed))
+    run_dir = f"runs/breakout/{summary['run_uuid']}"
+    assert printed == f"{run_dir}/summary.json" and summary["run_dir"] == str(tmp_path / run_dir)
     lines = result.stderr.splitlines()
     assert "\r" not in result.stderr  # not a terminal: whole lines only
-    assert lines[0] == f"breakout run {summary['run_uuid']} in {summary['run_dir']}"
+    assert lines[0] == f"breakout run {summary['run_uuid']} in {run_dir}"
     cores = len(os.sched_getaffinity(0))
     assert lines[1] == (f"2 games in 2 worker processes ({cores} usable core{'s' if cores > 1 else ''}) · 3 updates of 32 agent steps"
                         " · network in fp32 (auto)")
     assert summary["precision"] == "fp32"
     progress = [line for line in lines if line.startswith("update ")]
     assert [line.split(" · ")[0] for line in progress] == ["update 1/3 (33.3%)", "update 3/3 (100.0%)"]
+    assert " · ETA -:--:-- · " in progress[0]  # the first update's time holds the start-up: no rate from it
     assert re.fullmatch(r"update 3/3 \(100\.0%\) · elapsed \d+:\d\d:\d\d · ETA 0:00:00 · score \S+ · 96 agent steps · [\d,]+ steps/s", progress[-1])
     assert "Dynamic" not in result.stderr and "¶" not in result.stderr  # labml's banner with the commit message is gone
     assert any(line.startswith("completed: update 3 of 3 · 96 agent steps in ") for line in lines)
     evaluate = lines[lines.index("  watch it play, 10 whole games, the first filmed:") + 1]
-    assert f"--data-dir {tmp_path}" in evaluate
-    played = cli.run("experiments.evaluate", *command_args(evaluate, "experiments.evaluate"))
+    assert evaluate == f"    python -m experiments.evaluate --run {summary['run_uuid']} --games 10 --video evaluate.mp4"
+    played = cli.run("experiments.evaluate", *command_args(evaluate, "experiments.evaluate"), cwd=tmp_path)
     assert played.returncode == 0, played.stderr[-2000:]
-    assert json.loads(played.stdout.strip().splitlines()[-1])["games"] == 10
-    assert (Path(summary["run_dir"]) / "evaluate.mp4").stat().st_size > 10_000
+    result_json = json.loads(played.stdout.strip().splitlines()[-1])
+    assert result_json["games"] == 10 and result_json["video"] == f"{run_dir}/evaluate.mp4"
+    assert f"video of game 1: {run_dir}/evaluate.mp4" in played.stderr.splitlines()
+    # A bare name lands in the run's folder, where the dashboard looks (dashboard/videos.py), not here.
+    assert (tmp_path / run_dir / "evaluate.mp4").stat().st_size > 10_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
     assert "    python -m experiments.dashboard" in lines
     assert cli.leftovers() == []
 
@@ -312,8 +339,8 @@ def test_the_next_commands_fit_where_the_run_stopped(updates: int, stop_after: i
     assert lines[-2:] == ["  its charts in the dashboard:", f"    http://127.0.0.1:5005/run/{'ab' * 16}"]
     if updates == 10:  # a new, longer run keeps what this one set (worker steps; the grouping is chosen again)
         assert after == "    python -m experiments.breakout --total-env-steps 10000000 --worker-steps 16 --data-dir '/data/my runs'"
-    assert lines[2] == (f"    python -m experiments.evaluate --run {'ab' * 16} --data-dir '/data/my runs' --games 10 "
-                        f"--video '/data/my runs/breakout/{'ab' * 16}/evaluate.mp4'")
+    # a bare name: evaluate writes it into the run's folder, wherever the data dir is
+    assert lines[2] == f"    python -m experiments.evaluate --run {'ab' * 16} --data-dir '/data/my runs' --games 10 --video evaluate.mp4"
 
 
 def test_a_longer_run_is_started_with_the_settings_of_the_one_that_ended() -> None:

@@ -92,6 +92,30 @@ def test_run_with_its_own_checkpoint_and_max_steps(run: dict[str, str], capsys: 
     assert "truncated" in captured.err.strip().splitlines()[-1]  # the mean ± std line says the scores are partial
 
 
+def test_a_bare_video_name_films_into_the_run_folder(run: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    # The checkpoint alone names the run: its folder is the one the checkpoint lies in, where the
+    # dashboard looks for a run's films (dashboard/videos.py); nothing lands in the current folder.
+    run_dir = Path(run["checkpoint"]).parents[1]
+    here = set(Path.cwd().iterdir())
+    assert main(["--checkpoint", run["checkpoint"], "--games", "1", "--max-steps", "5", "--video", "look.mp4"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["video"] == str(run_dir / "look.mp4")  # the run folder is not under the current one: whole
+    assert read_film(run_dir / "look.mp4").frames == 5 + 1
+    assert set(Path.cwd().iterdir()) == here
+    (run_dir / "look.mp4").unlink()
+
+
+def _loose_checkpoint(run: dict[str, str], tmp_path: Path) -> str:
+    loose = tmp_path / "copy.pt"  # in no run folder: a bare --video name has nowhere to go
+    shutil.copy(run["checkpoint"], loose)
+    return str(loose)
+
+
+def _folder_in_run(run: dict[str, str], name: str) -> str:
+    (Path(run["checkpoint"]).parents[1] / name).mkdir(exist_ok=True)
+    return name
+
+
 # -- bad input: one line naming the option and value, exit 2, nothing written ---------------------
 
 def _other_run_checkpoint(run: dict[str, str], tmp_path: Path) -> str:
@@ -139,6 +163,11 @@ BAD = {
                                   "--video", "x.mp4"),
     "video is a folder": (lambda r, t: ["--run", r["uuid"], "--video", str(t / "d.mp4")], "--video", "d.mp4"),
     "video not mp4": (lambda r, t: ["--run", r["uuid"], "--video", str(t / "x.avi")], "--video", "x.avi"),
+    "video a hidden bare name": (lambda r, t: ["--run", r["uuid"], "--video", ".x.mp4"], "--video", ".x.mp4"),
+    "video bare name, checkpoint in no run": (lambda r, t: ["--checkpoint", _loose_checkpoint(r, t), "--video", "x.mp4"],
+                                              "--video", "./x.mp4"),
+    "video bare name of a folder in the run": (lambda r, t: ["--run", r["uuid"], "--video", _folder_in_run(r, "f.mp4")],
+                                               "--video", "not a folder"),
     "greedy and sample": (lambda r, t: ["--run", r["uuid"], "--greedy", "--sample"], "--sample", "--greedy"),
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,10 @@ import pytest
 
 from configs.ppo import live_value_problem
 from experiments.pbt import main
+from experiments.pbt.cli import plan_resume
 from experiments.pbt.explore import perturbed
+from experiments.pbt.state import Population
+from tests.conftest import refused_in_process
 from tests.pbt_support import TINY
 
 
@@ -68,3 +73,100 @@ def test_a_resumed_population_keeps_its_settings(tmp_path: Path, capsys: pytest.
         err = capsys.readouterr().err
         assert err.strip().splitlines() == [f"error: {option}: a resumed population keeps its own settings "
                                             "(only --ray-address may be given with --resume)"], err
+
+
+# ---- a crafted population folder: what --resume reads and plans before anything starts -------------
+
+DASHBOARD = "http://127.0.0.1:5005"
+
+
+def crafted_population(tmp_path: Path, **fields: Any) -> Path:
+    """A population folder as `pbt --dashboard DASHBOARD … TINY` leaves it when stopped in its first
+    segment, its record written by the population's own writer; `fields` replace the record's."""
+    data = tmp_path / "runs"
+    folder = data / "breakout" / "pbt-crafted"
+    folder.mkdir(parents=True)
+    fixed = {"worker_steps": 16, "n_workers": 1, "envs_per_worker": 2, "backend": "serial", "total_env_steps": 192,
+             "epochs": 1, "minibatches": 2, "torch_threads": 1, "dashboard": DASHBOARD, "data_dir": str(data)}
+    members = [{"run_uuid": "0a" * 16, "seed": 0}, {"run_uuid": "1b" * 16, "seed": 1}]
+    population = Population(str(folder), 3, ["learning_rate"], 6, 32, fixed, members, 1.0, 1, private_dashboard=False,
+                            first_leg={"dashboard": DASHBOARD, "ray_address": None})
+    for name, value in fields.items():
+        setattr(population, name, value)
+    population.save()
+    return folder
+
+
+def test_a_crafted_population_is_one_the_checks_accept(tmp_path: Path) -> None:
+    # The folder the tests below change one thing of: as it is, every field passes and reads back.
+    folder = crafted_population(tmp_path)
+    population = Population.load(folder)
+    assert (population.folder, population.fixed["data_dir"]) == (str(folder.resolve()), str(tmp_path / "runs"))
+    assert population.first_leg == {"dashboard": DASHBOARD, "ray_address": None} and population.members[1]["seed"] == 1
+
+
+def test_a_folder_named_population_json_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "population.json").mkdir()  # read as a file, it raised IsADirectoryError: a traceback, no refusal
+    line = refused_in_process(capsys, ["--resume", str(tmp_path)], main)
+    assert line == f"error: --resume {tmp_path}: population.json is a folder: expected a regular file, a population's record"
+
+
+@pytest.mark.parametrize(("data_dir", "generation", "message"), [
+    # Well formed, and no folder anyone can write to: refused here, not by every member as it starts.
+    ("/proc/self", 0, "population.json's fixed options: --data-dir /proc/self: expected a folder this user can write "
+                      "to (/proc/self: No such file or directory)"),
+    ("{tmp}/gone", 0, "population.json's fixed.data_dir is \"{tmp}/gone\": expected an existing folder, the one that "
+                      "holds the members' runs"),
+    # A segment was done, so each member has a run: an empty data dir is not the members'.
+    ("{tmp}", 1, "population.json's fixed.data_dir is \"{tmp}\": expected the folder that holds the members' runs "
+                 f"(member 0's run {'0a' * 16} is not in it)"),
+])
+def test_population_json_data_dir_is_planned_as_the_command_lines(tmp_path: Path, data_dir: str, generation: int, message: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    folder = crafted_population(tmp_path, generation=generation)
+    record = json.loads((folder / "population.json").read_text())
+    record["fixed"]["data_dir"] = data_dir.format(tmp=tmp_path)
+    (folder / "population.json").write_text(json.dumps(record))
+    before = sorted(tmp_path.rglob("*"))
+    line = refused_in_process(capsys, ["--resume", str(folder)], main)
+    assert line == f"error: --resume {folder}: {message.format(tmp=tmp_path)}"
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, nothing started
+
+
+@pytest.mark.parametrize(("first_leg", "message"), [
+    ({"dashboard": 5, "ray_address": None}, "population.json's first_leg is {\"dashboard\": 5, \"ray_address\": null}: "
+                                            'expected null, or a JSON object of "dashboard" and "ray_address"'),
+    ({"dashboard": None}, "population.json's first_leg is {\"dashboard\": null}: expected null, or a JSON object of "),
+])
+def test_a_bad_first_leg_is_one_line(tmp_path: Path, first_leg: Any, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = crafted_population(tmp_path)
+    record = json.loads((folder / "population.json").read_text())
+    (folder / "population.json").write_text(json.dumps({**record, "first_leg": first_leg}))
+    assert refused_in_process(capsys, ["--resume", str(folder)], main).startswith(f"error: --resume {folder}: {message}")
+
+
+def test_ray_address_on_a_resume_is_checked_as_on_a_new_population(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    private = crafted_population(tmp_path, private_dashboard=True, first_leg={"dashboard": None, "ray_address": None})
+    assert refused_in_process(capsys, ["--resume", str(private), "--ray-address", "10.0.0.7:6379"], main) == (
+        "error: --ray-address 10.0.0.7:6379: needs a population whose members report to a dashboard every node can "
+        "reach; this one's is its own, on this machine (it was started without --dashboard)")
+    assert refused_in_process(capsys, ["--resume", str(private), "--ray-address", "two words"], main) == (
+        "error: --ray-address two words: expected auto, HOST:PORT or ray://HOST:PORT")  # checked on a resume too
+
+
+def test_a_resume_says_where_its_dashboard_and_cluster_differ_from_the_first_legs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = crafted_population(tmp_path)
+    args = argparse.Namespace(resume=str(folder), population=None, interval=None, explore=None)
+    assert plan_resume(args, {}, None).first_leg == {"dashboard": DASHBOARD, "ray_address": None}
+    assert capsys.readouterr().err == ""  # the same dashboard and a private Ray again: nothing to say
+    record = json.loads((folder / "population.json").read_text())
+    record["fixed"]["dashboard"] = "http://user:secret@127.0.0.1:5006"  # edited between the legs
+    (folder / "population.json").write_text(json.dumps(record))
+    population = plan_resume(args, {}, "10.0.0.7:6379")
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: the members report to http://127.0.0.1:5006 (population.json's fixed.dashboard); the population's first "
+        f"leg's reported to {DASHBOARD}",
+        "note: this leg runs on the Ray cluster at 10.0.0.7:6379 (--ray-address); the population's first leg ran on a "
+        "Ray of its own on this machine"]
+    assert population.first_leg == {"dashboard": DASHBOARD, "ray_address": None}  # the first leg's stays the first's

@@ -104,7 +104,11 @@ def test_the_resumed_population_ends_every_member_at_its_last_update(population:
         assert (summary["status"], summary["updates"], summary["env_steps"]) == ("completed", 6, 192)
         # Each update once, in order: the interrupted segment went on from its checkpoint.
         assert [int(r["update"]) for r in rows_of(run_dir / "updates.csv")] == [1, 2, 3, 4, 5, 6]
-    assert json.loads((population["folder"] / "population.json").read_text())["generation"] == 2
+    record = json.loads((population["folder"] / "population.json").read_text())
+    assert record["generation"] == 2
+    # Its own dashboard and Ray in both legs: the first leg's recorded, and no line on a change.
+    assert record["first_leg"] == {"dashboard": None, "ray_address": None}
+    assert not [line for line in resumed.stderr.splitlines() if line.startswith("note: ")], resumed.stderr[-3000:]
     assert (population["folder"] / "lineage.png").read_bytes()[:4] == b"\x89PNG"
     assert population["leftovers"] == []
 

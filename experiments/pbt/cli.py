@@ -30,6 +30,7 @@ from configs.terminal import escaped
 from configs.urls import strip_userinfo
 from dashboard.client import DashboardError, compare_line, set_hyperparams
 from experiments.pbt.explore import DEFAULT_EXPLORED, changes_text, check_explored, exploit
+from experiments.pbt.legs import leg_changes, plan_resumed, this_leg
 from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
 from experiments.pbt.population import PrivateDashboard, run_segment
 from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
@@ -55,14 +56,10 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
     value checked before Ray or any member starts."""
     overrides = overrides_from_args(args)
     address = overrides.pop("ray_address", None)  # the population's cluster, not a member setting
+    if address is not None:
+        config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
     if args.resume is not None:
-        if not os.path.lexists(Path(args.resume) / STATE):
-            raise PbtError(f"--resume {args.resume}: expected a population folder (one holding {STATE})")
-        given = sorted(overrides) + [o for o in ("population", "interval", "explore") if getattr(args, o) is not None]
-        if given:
-            raise PbtError(f"--{given[0].replace('_', '-')}: a resumed population keeps its own settings "
-                           "(only --ray-address may be given with --resume)")
-        return resumed(args.resume), address
+        return plan_resume(args, overrides, address), address
     if args.population is None:  # its range, and the interval's, are checked as they are parsed (int_in)
         raise PbtError(f"--population: expected an integer from 2 to {MAX_POPULATION:_}, none given")
     if args.interval is None:
@@ -77,8 +74,6 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
                        f"than the members' {base.last_update} updates, or no member would ever copy another)")
     if address is not None and base.dashboard is None:
         raise PbtError(f"--ray-address {address}: needs --dashboard URL, one every node can reach (the members' live channel)")
-    if address is not None:
-        config_from_overrides({"backend": "ray", "ray_address": address})  # its syntax
     from experiments.run.plan import check_can_start  # torch: once the options are accepted, not for --help
 
     check_can_start(base)
@@ -92,7 +87,24 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
     folder = Path(fixed["data_dir"]) / base.name / f"pbt-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     members = [{"run_uuid": uuid.uuid4().hex, "seed": base.seed + i} for i in range(args.population)]
     return Population(str(folder), args.interval, explore, base.last_update, base.batch_size, fixed, members, cpus,
-                      args.max_retries, private_dashboard=base.dashboard is None), address
+                      args.max_retries, private_dashboard=base.dashboard is None,
+                      first_leg=this_leg(base.dashboard, address)), address
+
+
+def plan_resume(args: argparse.Namespace, overrides: dict[str, Any], address: str | None) -> Population:
+    """The population of `--resume FOLDER`, read, checked and planned; the lines on what this leg
+    changes from the first are said once it is accepted."""
+    if not os.path.lexists(Path(args.resume) / STATE):
+        raise PbtError(f"--resume {args.resume}: expected a population folder (one holding {STATE})")
+    given = sorted(overrides) + [o for o in ("population", "interval", "explore") if getattr(args, o) is not None]
+    if given:
+        raise PbtError(f"--{given[0].replace('_', '-')}: a resumed population keeps its own settings "
+                       "(only --ray-address may be given with --resume)")
+    population = resumed(args.resume)
+    plan_resumed(args.resume, population, address)
+    for line in leg_changes(population, address):
+        say(line)
+    return population
 
 
 def resumed(given: str) -> Population:
@@ -280,7 +292,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         fail(refusal)
     try:
         population, address = plan(args)
-    except (ConfigError, PbtError) as e:
+    except (ConfigError, PbtError, PopulationFileError) as e:
         fail(str(e))
 
     # A SIGTERM stops the population as Ctrl-C does; `connect` keeps this handler through ray.init.

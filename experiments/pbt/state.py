@@ -35,6 +35,9 @@ MAX_CPUS = 1024
 MAX_RETRIES = 100
 MAX_STATE_BYTES = 16 * 2**20  # a record of 1,024 members is a few hundred KB
 PER_MEMBER = ("seed", "stop_after_env_steps", "resume")  # set for each member's segment, never shared
+LEG_KEYS = ("dashboard", "ray_address")  # where a leg's members report and run: said when a resume changes them
+KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFIFO: "a FIFO",
+         stat.S_IFSOCK: "a socket"}
 
 
 class PopulationFileError(ValueError):
@@ -56,6 +59,9 @@ class Population:
     generation: int = 0  # exploit/explore rounds done
     unqueued: dict[str, dict[str, Any]] = field(default_factory=dict)  # member → explored values not yet on the dashboard
     stopped: list[str] = field(default_factory=list)  # why a session ended early, for the record
+    # The first leg's dashboard (None: a private one) and Ray cluster (None: a private Ray), so a
+    # resume says where it differs; a record made before it existed takes the first resume's.
+    first_leg: dict[str, str | None] | None = None
 
     @property
     def path(self) -> Path:
@@ -91,10 +97,12 @@ def read_record(path: Path) -> Any:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as e:
         raise PopulationFileError(f"{STATE} cannot be opened ({e.strerror})") from None
+    kind = stat.S_IFMT(os.fstat(fd).st_mode)
+    if kind != stat.S_IFREG:  # checked on the descriptor, before any read (a folder cannot even be wrapped as a file)
+        os.close(fd)
+        raise PopulationFileError(f"{STATE} is {KINDS.get(kind, 'not a regular file')}: expected a regular file, "
+                                  "a population's record")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise PopulationFileError(f"{STATE} is not a regular file (a folder, device, FIFO or socket)")
         data = f.read(MAX_STATE_BYTES + 1)
     if len(data) > MAX_STATE_BYTES:
         raise PopulationFileError(f"{STATE} is over {MAX_STATE_BYTES:,} bytes: expected a population's record")
@@ -151,11 +159,15 @@ def checked(data: Any, folder: Path) -> Population:
         raise PopulationFileError(f"{STATE} has no {missing[0]}: expected a JSON object with the keys {', '.join(names)}")
     if unknown := sorted(set(data) - set(names)):
         raise PopulationFileError(f"{STATE} has an unknown key {shown(unknown[0])}: expected only {', '.join(names)}")
-    values = {"generation": 0, "unqueued": {}, "stopped": [], **data}
+    values = {"generation": 0, "unqueued": {}, "stopped": [], "first_leg": None, **data}
     base = _check_fixed(values)
     _check_schedule(values, base)
     _check_members(values)
     _check_unqueued(values)
+    first = values["first_leg"]
+    if first is not None and not (isinstance(first, dict) and sorted(first) == sorted(LEG_KEYS) and all(
+            v is None or (isinstance(v, str) and v.isprintable() and 0 < len(v) <= 2048) for v in first.values())):
+        raise _bad(values, "first_leg", 'null, or a JSON object of "dashboard" and "ray_address", each null or an address')
     return Population(**{**values, "folder": str(folder)})
 
 

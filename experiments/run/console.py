@@ -11,8 +11,10 @@ it, on a line of its own, instead of being written into it.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from configs.terminal import escaped
@@ -27,6 +29,20 @@ def say(message: str, stream: TextIO | None = None) -> None:
         print(message, file=stream, flush=True)
     except OSError:  # BrokenPipeError; EIO from a terminal that was closed
         pass
+
+
+def shown(path: Path | str) -> str:
+    """`path` as a person reads it and pastes it back from where they are: relative to the current
+    folder when it lies under it (`runs/breakout/…`), else whole."""
+    path = Path(path)
+    try:
+        here = Path.cwd()
+    except OSError:  # the current folder was removed
+        return str(path)
+    for candidate, base in ((path.absolute(), here), (Path(os.path.realpath(path)), here.resolve())):
+        if candidate.is_relative_to(base):
+            return str(candidate.relative_to(base))
+    return str(path)
 
 
 class Console:

@@ -19,7 +19,7 @@ from typing import Any
 
 from configs.ppo import accepted_live_values
 from configs.urls import strip_userinfo
-from experiments.run.console import Console
+from experiments.run.console import Console, shown
 from experiments.run.folders import checkpoint_path, publish, release_run, rotate_in
 from experiments.run.games_csv import GamesCsv
 from experiments.run.labml import LabmlRun
@@ -278,10 +278,10 @@ class TrainingRun:
         if error is not None:
             self.say(f"error: run {summary['run_uuid']} stopped at update {summary['updates']}: {error.splitlines()[0]}")
             if summary["checkpoint"]:
-                self.say(f"the last good state is in {summary['checkpoint']}")
+                self.say(f"the last good state is in {shown(summary['checkpoint'])}")
         elif self.stop.requested:
             self.say(f"stopped by {self.stop.requested} after update {summary['updates']}"
-                     + (f"; its checkpoint: {summary['checkpoint']}" if summary["checkpoint"] else ""))
+                     + (f"; its checkpoint: {shown(summary['checkpoint'])}" if summary["checkpoint"] else ""))
         self.say(summary_line(summary, self.config.last_update, self.config.score_window))
         for line in next_commands(summary, self.config, self._dashboard()):
             self.say(line)
@@ -293,9 +293,9 @@ class TrainingRun:
     def resume_point(self) -> str:
         """After a second Ctrl-C: the checkpoint the run will resume from, and the command."""
         if self.state.checkpoint is not None:
-            where = f"{self.state.checkpoint} (update {self.state.checkpointed_update})"
+            where = f"{shown(self.state.checkpoint)} (update {self.state.checkpointed_update})"
         elif self.plan.resume is not None:
-            where = f"{checkpoint_path(self.run_dir)} (update {self.plan.resume.update}), the one it was resumed from"
+            where = f"{shown(checkpoint_path(self.run_dir))} (update {self.plan.resume.update}), the one it was resumed from"
         else:
             return "no checkpoint was written yet: there is nothing to resume; start the run again"
         return f"it will resume from {where}:\n  {resume_command(self.config, str(self.run_uuid), self._dashboard())}"

@@ -10,6 +10,10 @@ dashboard thread). Anywhere else (a pipe, a log file, CI) carriage returns would
 log, so the same text is printed as a plain line every `every` updates, at least every
 `every_s` seconds (a log of a slow machine is never quiet for long), and at the first and last.
 
+The ETA and steps/s are measured from the end of the first update a run (or a resume) shows:
+that update's time holds the start-up, so it shows `ETA -:--:--`, and the next ones a rate that
+no start-up inflates.
+
 Every message of the run goes through its `Console`, which writes it above the line while the
 line is shown (labml's own messages too: experiments/run/labml/console.py).
 """
@@ -43,6 +47,21 @@ def progress_text(update: int, total: int, env_steps: int, score: float | None, 
             f"score {score_text} · {env_steps:,} agent steps · {sps_text} steps/s")
 
 
+def rate(since: tuple[float, int, int], now: float, update: int, env_steps: int,
+         total: int) -> tuple[float | None, float | None]:
+    """(agent steps/s, ETA in seconds) from the updates done since `since` = (when, update, agent
+    steps) at the end of the first update shown. That first update is left out: its time holds the
+    start-up (labml's start, the first rollout's memory, the first kernels), which no later
+    update repeats; counted in, it made the first ETAs several times too long."""
+    when, first_update, first_steps = since
+    span, done = now - when, update - first_update
+    if update >= total:
+        return (env_steps - first_steps) / span if span > 0 and done > 0 else None, 0.0
+    if done <= 0 or span <= 0:
+        return None, None
+    return (env_steps - first_steps) / span, (total - update) * span / done
+
+
 class _Line(tqdm):
     """tqdm drawing our text as the whole line (`bar_format="{text}"`): tqdm's documented way to
     add fields is overriding `format_dict`."""
@@ -72,6 +91,7 @@ class ProgressLine:
         self.interactive = self.stream.isatty() if interactive is None else interactive
         self.every_s = every_s
         self.loop_started = self.printed = time.perf_counter()
+        self.since: tuple[float, int, int] | None = None  # (when, update, agent steps) at the first update's end
         self._line: _Line | None = None
         if self.interactive:
             self._line = _Line(total=total, initial=first_update, file=self.stream, bar_format="{text}",
@@ -88,11 +108,15 @@ class ProgressLine:
 
     def show(self, update: int, env_steps: int, score: float | None) -> None:
         now = time.perf_counter()
-        elapsed, looping = now - self.started, now - self.loop_started  # the run's time; the updates' time
         done = update - self.first_update
-        sps = (env_steps - self.first_steps) / looping if done > 0 and looping > 0 else None
-        eta = (self.total - update) * looping / done if done > 0 else None
-        text = progress_text(update, self.total, env_steps, score, sps, elapsed, eta)
+        if self.since is None:  # the first update shown: its time holds the start-up, so no rate yet
+            self.since = (now, update, env_steps)
+            looping = now - self.loop_started
+            sps = (env_steps - self.first_steps) / looping if done > 0 and looping > 0 else None
+            eta = 0.0 if update >= self.total else None
+        else:
+            sps, eta = rate(self.since, now, update, env_steps, self.total)
+        text = progress_text(update, self.total, env_steps, score, sps, now - self.started, eta)
         if self._line is not None:
             self._line.text = text
             self._line.n = update

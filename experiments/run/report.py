@@ -3,11 +3,12 @@ and the exact commands to go on with.
 
     completed: update 98 of 98 · 100,352 agent steps in 0:03:41 (454 steps/s, start-up included) · score 2.9 (mean of the last 100 of 130 games)
     next:
-      watch it play, 10 games, the first filmed:  python -m experiments.evaluate --run 6f1c… --video runs/…/evaluate.mp4
+      watch it play, 10 games, the first filmed:  python -m experiments.evaluate --run 6f1c… --games 10 --video evaluate.mp4
       …
 
 Every command is printed whole, with `--data-dir` when the run's is not the default, so it can be
-pasted as it is from the folder the run was started in.
+pasted as it is from the folder the run was started in; paths under that folder are printed relative
+to it (`runs/breakout/…`), as a person would type them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from configs.grouping import usable_cores
 from configs.ppo import PPOConfig
 from configs.urls import DEFAULT_DASHBOARD, run_page
+from experiments.run.console import shown
 from experiments.run.progress import hms
 
 TRAIN = "python -m experiments.breakout"
@@ -60,9 +62,9 @@ def resume_command(config: PPOConfig, run_uuid: str, dashboard: str | None = Non
     return command + (f" --dashboard {shlex.quote(dashboard)}" if dashboard else "")
 
 
-def evaluate_command(config: PPOConfig, run_uuid: str, run_dir: Path) -> str:
-    video = shlex.quote(str(run_dir / "evaluate.mp4"))  # the run folder exists; videos/ only with --eval-video-every
-    return f"{EVALUATE} --run {run_uuid}{_data_dir_option(config)} --games 10 --video {video}"
+def evaluate_command(config: PPOConfig, run_uuid: str) -> str:
+    # A bare file name: evaluate films into the run's own folder, where the dashboard shows it.
+    return f"{EVALUATE} --run {run_uuid}{_data_dir_option(config)} --games 10 --video evaluate.mp4"
 
 
 def start_lines(config: PPOConfig, run_uuid: str, run_dir: Path, precision: str) -> str:
@@ -71,7 +73,7 @@ def start_lines(config: PPOConfig, run_uuid: str, run_dir: Path, precision: str)
     cores = usable_cores()
     processes = f"{config.n_workers} worker process{'es' if config.n_workers > 1 else ''}"
     per_worker = f" of {config.envs_per_worker}" if config.envs_per_worker > 1 else ""
-    return (f"{config.name} run {run_uuid} in {run_dir}\n"
+    return (f"{config.name} run {run_uuid} in {shown(run_dir)}\n"
             f"{config.n_envs} games in {processes}{per_worker} ({cores} usable core{'s' if cores > 1 else ''}) · "
             f"{config.last_update:,} update{'s' if config.last_update > 1 else ''} of {config.batch_size:,} agent steps · "
             f"network in {precision}")
@@ -117,10 +119,10 @@ def earlier_wall_time(summary_json: Path) -> float:
 
 def next_commands(summary: dict[str, Any], config: PPOConfig, dashboard: str | None) -> list[str]:
     """The lines after the summary: watch it play, go on, look at it in the dashboard."""
-    uuid, run_dir = summary["run_uuid"], Path(summary["run_dir"])
+    uuid = summary["run_uuid"]
     lines = ["next:"]
     if summary["checkpoint"]:
-        lines += ["  watch it play, 10 whole games, the first filmed:", f"    {evaluate_command(config, uuid, run_dir)}"]
+        lines += ["  watch it play, 10 whole games, the first filmed:", f"    {evaluate_command(config, uuid)}"]
         if summary["updates"] < config.last_update:
             lines += [f"  continue it from update {summary['updates']:,}:", f"    {resume_command(config, uuid, dashboard)}"]
         elif summary["updates"] < config.n_updates:  # it stopped at its --stop-after-env-steps budget

@@ -1,18 +1,22 @@
 """`tweak` on a run the dashboard it asks does not know: one line naming that dashboard, with
 `--dashboard URL` to ask another, and what the run's folder here says of where the run reported.
-Real runs of the trainer, a real dashboard (two, for a run sent to one and looked for on the other)."""
+Real runs of the trainer, a real dashboard (two, for a run sent to one and looked for on the other).
+With no dashboard listening at all, `tweak` refuses its --dashboard, exit code 2, as every refusal."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dashboard_support import REPO, Dashboard, child_env, run_tool
 from test_run_truth import FIRST_LEG
 
-from tests.conftest import Cli, run_once
+from experiments.tweak import main as tweak_main
+from tests.conftest import Cli, refused_in_process, run_once
 
 # Where a run reported is all that matters here: its 2 games step in the trainer's own process.
 TINY = ["--updates", "1", "--backend", "serial", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "16",
@@ -62,3 +66,15 @@ def test_a_run_sent_to_another_dashboard_is_pointed_there(dashboard: Dashboard, 
     # The advice holds: that dashboard knows the run (it lists its values, and says a finished run takes no change).
     followed = run_tool("experiments.tweak", run_uuid, "--dashboard", dashboard.url)
     assert followed.returncode == 0 and "learning_rate = " in followed.stdout, followed.stderr
+
+
+@pytest.mark.parametrize("changes", [[], ["learning_rate=1e-4"]])
+def test_no_dashboard_listening_is_a_refusal_of_dashboard(changes: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # A port held bound but not listening: a connection there is refused, as where no dashboard runs.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}"
+        line = refused_in_process(capsys, ["0123456789abcdef" * 2, *changes, "--dashboard", url], tweak_main)
+    assert line.startswith(f"error: --dashboard {url}: expected a dashboard answering there (start one: "
+                           f"python -m experiments.dashboard); cannot reach the dashboard at {url}/api/v1/hyperparams/"), line
+    assert "refused" in line.lower(), line
