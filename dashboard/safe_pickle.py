@@ -120,13 +120,22 @@ def check_plain(value: Any) -> None:
             stack.extend(item.keys())
             stack.extend(item.values())
         elif kind is Key:
-            if set(vars(item)) != {"_key"} or not isinstance(item._key, str):
+            if not _only_a_name(item):
                 raise UnsafeRecord("a key with other contents than its name")
         elif kind is np.ndarray or isinstance(item, np.generic):
             if item.dtype.kind not in NUMBER_KINDS or item.dtype.hasobject:
                 raise UnsafeRecord(f"an array of {item.dtype}")
         else:
             raise UnsafeRecord(f"a {kind.__module__}.{kind.__qualname__}")
+
+
+def _only_a_name(key: Key) -> bool:
+    """Whether `key` holds its name (text) and nothing else, as a key made from that name does:
+    read through its public `str`, which fails on a name that is not text or on none at all."""
+    try:
+        return vars(Key(str(key))) == vars(key)
+    except (TypeError, AttributeError):
+        return False
 
 
 def loads(data: bytes) -> Any:

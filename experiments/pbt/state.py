@@ -5,7 +5,7 @@ The record is input as much as the run folders are (whoever may write the data d
 edited it), so `load` takes nothing on trust: it is read without following a link, and every
 field is checked (its type, its range, its agreement with the others) before anything starts,
 with one line naming the field and the value it holds (`PopulationFileError`). It is written
-whole under a temp name of its own and renamed into place (`ppo.files.atomic_write`), so a link
+whole under a temp name of its own and renamed into place (`configs.files.atomic_write`), so a link
 or a hard link planted where it or its temp file belongs is replaced, never written through.
 """
 
@@ -23,11 +23,11 @@ from typing import Any
 
 from configs.cli import config_from_overrides, value_converter
 from configs.fields import MAX_SEED
+from configs.files import atomic_write
 from configs.ppo import ConfigError, PPOConfig, live_ranges, live_value_problem
 from experiments.pbt.explore import check_explored
 from experiments.run.folders import find_run, publish
 from game.atari import is_known_game
-from ppo.files import atomic_write
 
 STATE = "population.json"
 MAX_POPULATION = 1024  # members are listed, started and ranked one by one: a typo of 10**9 must not start

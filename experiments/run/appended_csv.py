@@ -21,8 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from configs.files import atomic_write
 from experiments.run.folder_checks import open_own_file
-from ppo.files import atomic_write
 
 
 def read_rows(path: Path, columns: Sequence[str]) -> list[tuple[int, list[str]]]:
