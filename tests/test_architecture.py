@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -256,6 +257,56 @@ def test_imported_packages_reads_every_kind_of_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os, game.atari\nfrom ppo.model import X\nfrom . import sibling\n\ndef f():\n    import torch\n")
     assert imported_packages(module) == {"os", "game", "ppo", "torch"}
+
+
+def module_imports(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
+    """module → the modules of `packages` it imports, at any depth of its code (function-level too)."""
+    paths = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for package in packages for p in (root / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        named: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                named |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                named |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        graph[module] = (named & paths.keys()) - {module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each circle found by walking the graph depth first: [a, b, …, a]."""
+    state: dict[str, bool] = {}  # False: on the walk's path; True: done
+    circles: list[list[str]] = []
+
+    def walk(module: str, path: list[str]) -> None:
+        state[module] = False
+        for imported in sorted(graph[module]):
+            if state.get(imported) is False:
+                circles.append([*path[path.index(imported):], module, imported])
+            elif imported not in state:
+                walk(imported, [*path, module])
+        state[module] = True
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [])
+    return circles
+
+
+def test_no_module_imports_itself_back() -> None:
+    """A circle works only while an import stays inside a function, in the right order; none at all."""
+    assert import_circles(module_imports(REPO, ALLOWED)) == []
+
+
+def test_a_circle_through_a_function_level_import_is_seen(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "__init__.py").write_text("")
+    (tmp_path / "a" / "x.py").write_text("from a.y import f\n")
+    (tmp_path / "a" / "y.py").write_text("from a import z\n")
+    (tmp_path / "a" / "z.py").write_text("def g():\n    from a.x import f\n")
+    assert import_circles(module_imports(tmp_path, ["a"])) == [["a.x", "a.y", "a.z", "a.x"]]
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
