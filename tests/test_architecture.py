@@ -68,6 +68,15 @@ def test_the_training_process_touches_labml_in_one_folder() -> None:
     assert any("labml" in imported_packages(path) for path in LABML_SEAM.glob("*.py"))  # the check sees labml's imports
 
 
+def test_the_labml_folder_is_below_the_run_it_serves() -> None:
+    """experiments/run/labml/ is what the run calls to reach labml: it is given what it needs
+    (a resumed run's history, where to say things) and imports nothing of the run above it."""
+    seam = "experiments.run.labml"
+    above = {module: sorted(i for i in imported if not i.startswith(seam))
+             for module, imported in module_imports(REPO, ["experiments"]).items() if module.startswith(seam)}
+    assert len(above) > 3 and all(v == [] for v in above.values()), above
+
+
 # The server side's one seam: every change made to labml-app (a replaced function, attribute, route,
 # middleware, store driver or setting) is in this module, so an upgrade of labml-app means
 # re-checking it and LABML_SEAM. Reading labml-app and writing records through its models is not a change.
@@ -316,15 +325,20 @@ def test_imports_point_one_way(package: str) -> None:
     assert not imported & FORBIDDEN_THIRD_PARTY.get(package, set()), f"{package}/ imports {sorted(imported & FORBIDDEN_THIRD_PARTY[package])}"
 
 
-def test_a_run_that_films_nothing_never_loads_the_video_encoder() -> None:
+def test_a_run_that_films_nothing_never_loads_the_video_encoder_nor_a_member_the_dashboard() -> None:
     """PyAV brings FFmpeg's libraries (about 20 MB of the trainer's memory): the training and
-    evaluation commands load it only when a game is filmed (ppo/evaluation/__init__.py)."""
+    evaluation commands load it only when a game is filmed (ppo/evaluation/__init__.py). A
+    population's member is a Ray task of experiments/pbt/population.py that runs a training run:
+    its process loads that module, its package and the run's, and nothing of the dashboard."""
     import subprocess
     import sys
-    probe = ("import sys, experiments.breakout, experiments.evaluate, experiments.run.lifecycle, ppo.evaluation; "
-             "print('av' in sys.modules, 'ppo.evaluation.film' in sys.modules)")
+    dashboard = "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dashboard') or 'none')"
+    probe = ("import sys, experiments.pbt.population, experiments.breakout, experiments.run.lifecycle, "
+             f"experiments.run.plan, experiments.run.folders; {dashboard}; "
+             "import experiments.evaluate, ppo.evaluation; print('av' in sys.modules, 'ppo.evaluation.film' in sys.modules); "
+             f"import experiments.pbt.cli; {dashboard}")
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
-    assert loaded.stdout.split() == ["False", "False"]
+    assert loaded.stdout.split() == ["none", "False", "False", "['dashboard',", "'dashboard.client']"]  # the driver's: seen
     filmed = subprocess.run([sys.executable, "-c", "import sys, ppo.evaluation.film; print('av' in sys.modules)"],
                             cwd=REPO, capture_output=True, text=True, check=True)
     assert filmed.stdout.split() == ["True"]  # the probe can see the import it looks for

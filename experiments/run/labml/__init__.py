@@ -25,7 +25,7 @@ from labml.internal.monitor import monitor_singleton
 from configs.ppo import PPOConfig
 from configs.urls import strip_userinfo
 from experiments.run.labml.console import console_through
-from experiments.run.labml.history import send_history
+from experiments.run.labml.history import Row, send_history
 from experiments.run.labml.live import LiveHyperParams
 from experiments.run.labml.sender import finish_sending, harden_sender
 
@@ -79,12 +79,12 @@ class LabmlRun:
         uuid = experiment.get_uuid()
         return uuid, lab_singleton().experiments / config.name / uuid
 
-    def start(self, env_steps: int, history: tuple[Path, int] | None) -> None:
-        """Start sending: a resumed run's `history` first (its updates.csv up to an update), so a
-        dashboard that joins late shows the whole run."""
+    def start(self, env_steps: int, history: Callable[[], list[Row]] | None) -> None:
+        """Start sending: a resumed run's `history()` first (its updates.csv's rows up to its
+        checkpoint, read only when there is a dashboard), so a dashboard that joins late shows the whole run."""
         monitor_singleton().silent()  # labml's own progress line: ours is shown instead
         if self.config.dashboard and history is not None:
-            send_history(self.config.dashboard, experiment.get_uuid(), *history)
+            send_history(self.config.dashboard, experiment.get_uuid(), history, self.say)
         experiment.start()  # its end is reported by `finish`, with the run's real status
         tracker.set_global_step(env_steps)
 
