@@ -17,7 +17,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from configs.fields import Within
+from configs.fields import ConfigValue, Within
 from configs.launch import config_from_overrides, launch_config
 from configs.ppo import SECTIONS, ConfigError, PPOConfig, check_field, config_fields, section_of
 from configs.refusals import ARGPARSE_MESSAGES, USAGE_ERROR, bad_value, error_line, fail, shown
@@ -173,15 +173,15 @@ def placeholder(annotation: Any) -> str:
     return {bool: "{true,false}", int: "INT", float: "FLOAT"}.get(base, "STR")
 
 
-def shown_default(value: Any) -> str:
+def shown_default(value: object) -> str:
     """A default as it is typed on the command line: `true`, not `True`."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def value_converter(annotation: Any) -> tuple[typing.Callable[[str], Any], str]:
+def value_converter(annotation: Any) -> tuple[typing.Callable[[str], ConfigValue], str]:
     """(function parsing one command-line string, what it accepts) for a field's type."""
     base, optional = _base_type(annotation)
-    parse: typing.Callable[[str], Any]
+    parse: typing.Callable[[str], ConfigValue]
     if base is bool:
         parse, accepted = _parse_bool, "true or false"
     elif base is int:
@@ -191,7 +191,7 @@ def value_converter(annotation: Any) -> tuple[typing.Callable[[str], Any], str]:
     else:
         parse, accepted = str, "a string"
 
-    def convert(text: str) -> Any:
+    def convert(text: str) -> ConfigValue:
         if optional and text.strip().lower() in ("none", "null"):
             return None
         return parse(text)

@@ -83,7 +83,7 @@ def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None
     labml_app_logger.addFilter(not_a_hosted_repo_message)
     import git
 
-    def no_repo(*args: Any, **kwargs: Any) -> None:
+    def no_repo(*args: object, **kwargs: object) -> None:
         raise git.InvalidGitRepositoryError("not looked up by the local dashboard")
 
     # Its start-up reads the HEAD commit of whatever repository the working directory is in, only
@@ -120,7 +120,7 @@ def use_file_store(data_dir: Path) -> None:
 
 class AtomicFileDbDriver(FileDbDriver):
     """labml_db's `FileDbDriver` rewrites a file in place (a crash leaves it cut short): this one
-    replaces it whole; one file per model instance, read as data only (`safe_pickle`)."""
+    replaces it whole; one pickle per model instance, read as data only (`safe_pickle`)."""
 
     def _path(self, key: str) -> Path:
         return self._db_path / f"{key}.{self._serializer.file_extension}"
@@ -131,14 +131,11 @@ class AtomicFileDbDriver(FileDbDriver):
             data = self._path(key).read_bytes()
         except FileNotFoundError:
             return None
-        if not self._serializer.is_bytes:
-            return self._serializer.from_string(data.decode("utf-8"))
         record: ModelDict | None = safe_pickle.read_record(data, str(self._path(key)))
         return record
 
     def save_dict(self, key: str, data: ModelDict) -> None:
-        encoded = self._serializer.to_string(data)
-        atomic_write(self._path(key), encoded.encode("utf-8") if isinstance(encoded, str) else encoded)
+        atomic_write(self._path(key), self._serializer.to_string(data))
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
@@ -152,7 +149,7 @@ class AtomicFileIndexDbDriver(FileIndexDbDriver):
         atomic_write(self._index_path, self._serializer.to_string(self._cache).encode("utf-8"))
 
 
-async def stock_track(request: Request, body: Any, labml_token: str, version: str, run_uuid: str, rank: int,
+async def stock_track(request: Request, body: object, labml_token: str, version: str, run_uuid: str, rank: int,
                       world_size: int, main_rank: int) -> dict[str, Any]:
     """labml-app's `/track` handler (in the store's lane: `serialize_store_writes`) on `body`, the
     body our guard parsed: the stock handler reads it with `request.json()`, which returns `_json`."""
@@ -339,7 +336,7 @@ def chart_bundle_route(static_root: Path) -> Route:
         raise RuntimeError(f"labml-app's bundle.min.js has {bundle.count(stock)} copies of {stock!r}, expected 1")
     body = bundle.replace(stock, ours).encode("utf-8")
 
-    async def serve(request: Any) -> Response:
+    async def serve(request: Request) -> Response:
         return Response(body, media_type="text/javascript")
 
     return Route("/js/bundle.min.js", serve, methods=["GET"])

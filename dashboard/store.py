@@ -58,7 +58,7 @@ class RecordFile:
         self._encoded = {key: _encode(record) for key, record in records.items()}
         return records
 
-    def stage(self, key: str, record: Any) -> int:
+    def stage(self, key: str, record: object) -> int:
         """Take `record` (None: remove it) as the key's content from now on; returns the change's
         number, for `write`."""
         encoded = None if record is None else _encode(record)
@@ -86,7 +86,7 @@ class RecordFile:
             self._written = newest
 
 
-def _encode(record: Any) -> str:
+def _encode(record: object) -> str:
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 

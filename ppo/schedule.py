@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
+from configs.fields import LiveValues
 from configs.ppo import PPOConfig, live_value_problem
 
 
@@ -26,7 +26,7 @@ class IterationSettings:
     epochs: int
 
 
-def annealed(live: dict[str, Any], config: PPOConfig, update: int) -> IterationSettings:
+def annealed(live: LiveValues, config: PPOConfig, update: int) -> IterationSettings:
     """The settings of the iteration after `update` completed ones: the annealed values decayed linearly."""
     remaining = 1.0 - update / config.n_updates
     clip_range = live["clip_range"] * (remaining if config.anneal_clip_range else 1.0)

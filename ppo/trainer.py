@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from configs.fields import LiveValues
 from configs.ppo import PPOConfig, live_ranges
 from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
 from ppo.checkpoint import Checkpoint
@@ -52,7 +53,7 @@ class UpdateAbandoned(RuntimeError):
 
 class Trainer:
     def __init__(self, config: PPOConfig, pool: EnvPool, seeds: Seeds, device: torch.device,
-                 live_values: Callable[[], dict[str, Any]] | None = None, on_event: Callable[[str], None] | None = None) -> None:
+                 live_values: Callable[[], LiveValues] | None = None, on_event: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.pool = pool
         self.device = device
@@ -62,7 +63,7 @@ class Trainer:
         # Where the live hyperparameters come from: labml's dynamic values in a run, the config here.
         self.live_values = live_values or (lambda: {k: getattr(config, k) for k in live_ranges()})
         # The live values last applied: what a checkpoint saves as their bases.
-        self.live_in_use: dict[str, Any] = {k: getattr(config, k) for k in live_ranges()}
+        self.live_in_use: LiveValues = {k: getattr(config, k) for k in live_ranges()}
         # Asked between minibatches; True abandons the update in progress (`UpdateAbandoned`). The run
         # sets it to "a stop was requested", so Ctrl-C/SIGTERM never waits for a whole update.
         self.should_stop: Callable[[], bool] | None = None
@@ -275,7 +276,7 @@ class Trainer:
         """Workers the pool replaced over the whole run (saved in checkpoints)."""
         return self.pool.restarts
 
-    def state_dict(self, live_values: dict[str, Any]) -> Checkpoint:
+    def state_dict(self, live_values: LiveValues) -> Checkpoint:
         """The learner's state now, with `live_values` as the live hyperparameters' bases."""
         try:
             # A worker found dead here is replaced (and counted) like one found dead while sampling.

@@ -30,11 +30,6 @@ def read_updates(path: Path) -> list[dict[str, float | None]]:
     return [values for _, _, values in _parsed(path)]
 
 
-def updates_up_to(path: Path, last: int) -> list[dict[str, float | None]]:
-    """`read_updates`' rows of the updates up to `last` (what a resumed run's checkpoint holds)."""
-    return [row for row in read_updates(path) if row["update"] is not None and row["update"] <= last]
-
-
 def read_update_numbers(path: Path) -> list[int]:
     """The `update` of each row of an updates.csv, checked as `read_updates` checks every cell."""
     return [update for _, update, _ in _parsed(path)]

@@ -54,12 +54,12 @@ def history_packet(rows: list[Row]) -> dict[str, dict[str, dict[str, list[float]
     return {"track": track}
 
 
-def send_history(dashboard: str, run_uuid: str, updates: Callable[[], list[Row]], say: Callable[[str], None]) -> bool:
-    """Post the run's `updates()` to `dashboard` (its URL as --dashboard takes it), each message to
-    `say`. A dashboard that cannot take them, or records that cannot be read (`OSError`,
+def send_history(dashboard: str, run_uuid: str, updates: Callable[[], list[Row]], keep: int, say: Callable[[str], None]) -> bool:
+    """Post the run's `updates()` up to `keep` to `dashboard` (its URL as --dashboard takes it), each
+    message to `say`. A dashboard that cannot take them, or records that cannot be read (`OSError`,
     `ValueError`), cost one warning: the run goes on, its new updates are sent."""
     try:
-        rows = updates()
+        rows = [row for row in updates() if row["update"] is not None and row["update"] <= keep]
     except (OSError, ValueError) as e:
         say(f"warning: the run's history was not sent to the dashboard: {e}")
         return False
