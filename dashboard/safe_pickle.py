@@ -104,7 +104,7 @@ class _Unpickler(pickle.Unpickler):
         raise UnsafeRecord("it holds a persistent reference")
 
 
-def check_plain(value: object) -> None:
+def check_plain(value: Any) -> None:
     """`UnsafeRecord` unless `value` holds only what labml-app stores (see the module's doc)."""
     seen: set[int] = set()
     stack = [value]

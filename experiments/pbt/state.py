@@ -108,7 +108,7 @@ def read_record(path: Path) -> Any:
         raise PopulationFileError(f"{STATE} is not a population's record (a number or a nesting too large to read)") from None
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """A value of the record as a message quotes it: as JSON, cut at 60 characters."""
     try:
         text = json.dumps(value, ensure_ascii=False)
@@ -117,11 +117,11 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def _integer(value: Any, low: int, high: int) -> bool:
+def _integer(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _of_type(value: Any, annotation: Any) -> bool:
+def _of_type(value: object, annotation: object) -> bool:
     """Whether JSON's `value` is of a config field's type (`int`, `float | None`, …): a bool is no
     number, an integer is a float too."""
     kinds = typing.get_args(annotation) or (annotation,)
@@ -140,7 +140,7 @@ def _bad(values: dict[str, Any], name: str, expected: str) -> PopulationFileErro
     return PopulationFileError(f"{STATE}'s {name} is {shown(value)}: expected {expected}")
 
 
-def checked(data: Any, folder: Path) -> Population:
+def checked(data: object, folder: Path) -> Population:
     """`data` (population.json's) as a Population, or `PopulationFileError` naming the first field
     that is missing, unknown, of another type, out of its range or at odds with the others."""
     names = [f.name for f in fields(Population)]
