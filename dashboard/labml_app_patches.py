@@ -25,7 +25,7 @@ What is changed (each function says why):
   (`add_exception_handler`, `answer_errors_as_json`); CORS `allow_origins` (`trust_only_origin`);
   our request guard outermost (`add_middleware`, `guard_requests`).
 Elsewhere labml-app is only read through its public names, and its records written through its
-models (`handlers`, `stock_api`, `compare`); `tests/test_architecture.py` fails on a change made
+models (`handlers`, `stock_api`, `compare`); `tests/test_labml_app_seam.py` fails on a change made
 anywhere else, and on a private name of labml-app or labml_db read or written anywhere else.
 """
 
