@@ -13,9 +13,7 @@ from typing import Any
 # ---- per-field constraints -------------------------------------------------------------------
 # Each returns the "accepted" text when a value is rejected, or None when it is fine.
 Check = Callable[[Any], "str | None"]
-# What a field holds, and the live hyperparameters' values by name (an int for `epochs`).
-ConfigValue = bool | int | float | str | None
-LiveValues = dict[str, float]
+ConfigValue = bool | int | float | str | None  # what a field holds
 
 
 def positive(v: Any) -> str | None:

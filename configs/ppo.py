@@ -26,7 +26,6 @@ from configs.fields import (
     PRECISIONS,
     RELAUNCHES,
     ConfigError,
-    LiveValues,
     Within,
     braced,
     device_name,
@@ -217,6 +216,9 @@ def section_of(name: str) -> str:
 
 def config_fields() -> list[dataclasses.Field[Any]]:
     return list(dataclasses.fields(PPOConfig))
+
+
+LiveValues = dict[str, float]  # the live hyperparameters' values by name (an int for `epochs`)
 
 
 def live_ranges() -> dict[str, tuple[float, float]]:

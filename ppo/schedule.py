@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from configs.fields import LiveValues
-from configs.ppo import PPOConfig, live_value_problem
+from configs.ppo import LiveValues, PPOConfig, live_value_problem
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from configs.fields import LiveValues
-from configs.ppo import PPOConfig, live_ranges
+from configs.ppo import LiveValues, PPOConfig, live_ranges
 from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
 from ppo.checkpoint import Checkpoint
 from ppo.devices import resolve_precision

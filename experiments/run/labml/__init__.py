@@ -21,8 +21,7 @@ from labml.internal.experiment import experiment_singleton
 from labml.internal.lab import lab_singleton
 from labml.internal.monitor import monitor_singleton
 
-from configs.fields import LiveValues
-from configs.ppo import PPOConfig
+from configs.ppo import LiveValues, PPOConfig
 from configs.urls import strip_userinfo
 from experiments.run.labml.console import console_through
 from experiments.run.labml.history import Row, send_history

@@ -21,8 +21,7 @@ from typing import Any
 # labml 0.5 keeps these in an internal module (labml.configs no longer re-exports them).
 from labml.internal.configs.dynamic_hyperparam import DynamicHyperParam
 
-from configs.fields import LiveValues
-from configs.ppo import PPOConfig, accepted_live_values, live_ranges
+from configs.ppo import LiveValues, PPOConfig, accepted_live_values, live_ranges
 
 
 def _peek(param: DynamicHyperParam) -> tuple[Any, bool]:
