@@ -39,7 +39,8 @@ def history_packet(rows: list[Row]) -> dict[str, dict[str, dict[str, list[float]
     steps, averaged in consecutive blocks (as labml's own sender does) when there are more than
     MAX_POINTS."""
     track = {}
-    for name in [column for column in rows[0] if column not in ("update", "env_step")] if rows else []:
+    metrics = [column for column in rows[0] if column not in ("update", "env_step")] if rows else []
+    for name in metrics:
         points: list[tuple[float, float]] = []
         for row in rows:
             step, value = row["env_step"], row[name]
