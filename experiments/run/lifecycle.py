@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +154,7 @@ class TrainingRun:
 
     def _train(self, trainer: Trainer, leg: Leg, games: GamesCsv, updates: UpdatesCsv, device: Any) -> None:
         config = self.config
-        history = (partial(read_updates, self.run_dir / "updates.csv"), trainer.update) if self.plan.resume is not None else None
+        history = ((lambda: read_updates(self.run_dir / "updates.csv")), trainer.update) if self.plan.resume is not None else None
         with ProgressLine(trainer.update, trainer.env_steps, config.last_update, self.started, self.console) as progress:
             self.labml.start(trainer.env_steps, history)
             rewind_point: Checkpoint | None = None  # the state before the update in progress

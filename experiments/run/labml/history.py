@@ -24,9 +24,7 @@ import labml
 
 from configs.urls import app_url, split_credentials
 
-# What the run gives: updates.csv's rows, each {column: number or None} with the update number,
-# its agent steps, then every metric the run tracked (experiments/run/updates_csv.py).
-Row = dict[str, float | None]
+Row = dict[str, float | None]  # a row of the run's updates.csv: update, env_step, then each metric tracked
 
 # labml-app keeps at most 1024 points of a series and merges the rest; sending at most this many
 # keeps one packet well under the dashboard's body cap (a few hundred KB for every metric).
