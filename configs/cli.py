@@ -17,9 +17,9 @@ import typing
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from configs.fields import Within
-from configs.launch import launch_config
-from configs.ppo import SECTIONS, ConfigError, PPOConfig, check_field, config_fields, section_of, validate
+from configs.fields import ConfigValue, Within
+from configs.launch import config_from_overrides, launch_config
+from configs.ppo import SECTIONS, ConfigError, PPOConfig, check_field, config_fields, section_of
 from configs.refusals import ARGPARSE_MESSAGES, USAGE_ERROR, bad_value, error_line, fail, shown
 from configs.version import NAME, VERSION
 
@@ -173,15 +173,15 @@ def placeholder(annotation: Any) -> str:
     return {bool: "{true,false}", int: "INT", float: "FLOAT"}.get(base, "STR")
 
 
-def shown_default(value: Any) -> str:
+def shown_default(value: object) -> str:
     """A default as it is typed on the command line: `true`, not `True`."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def value_converter(annotation: Any) -> tuple[typing.Callable[[str], Any], str]:
+def value_converter(annotation: Any) -> tuple[typing.Callable[[str], ConfigValue], str]:
     """(function parsing one command-line string, what it accepts) for a field's type."""
     base, optional = _base_type(annotation)
-    parse: typing.Callable[[str], Any]
+    parse: typing.Callable[[str], ConfigValue]
     if base is bool:
         parse, accepted = _parse_bool, "true or false"
     elif base is int:
@@ -191,7 +191,7 @@ def value_converter(annotation: Any) -> tuple[typing.Callable[[str], Any], str]:
     else:
         parse, accepted = str, "a string"
 
-    def convert(text: str) -> Any:
+    def convert(text: str) -> ConfigValue:
         if optional and text.strip().lower() in ("none", "null"):
             return None
         return parse(text)
@@ -237,14 +237,6 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def config_from_overrides(overrides: dict[str, Any], base: PPOConfig | None = None,
-                          game_exists: typing.Callable[[str], bool] | None = None) -> PPOConfig:
-    """Apply overrides to `base` (defaults if None) and validate the result."""
-    base_values = (base or PPOConfig()).to_dict()
-    base_values.update(overrides)
-    return validate(PPOConfig.from_dict(base_values), game_exists)
-
-
 def spell_game(overrides: dict[str, Any], canonical_game: typing.Callable[[str], str | None] | None) -> dict[str, Any]:
     """`overrides` with `--game pong` spelt as the emulator spells it (`Pong`), so the config, the
     checkpoint and a `--resume`'s comparison with the saved config all hold the one spelling. An
@@ -252,11 +244,6 @@ def spell_game(overrides: dict[str, Any], canonical_game: typing.Callable[[str],
     if canonical_game is None or "game" not in overrides:
         return overrides
     return {**overrides, "game": canonical_game(overrides["game"]) or overrides["game"]}
-
-
-def _spelt_as(canonical_game: typing.Callable[[str], str | None]) -> typing.Callable[[str], bool]:
-    """The check `validate` takes: a game that exists, spelt as the emulator spells it."""
-    return lambda game: canonical_game(game) == game
 
 
 def parse_overrides(argv: Sequence[str] | None, prog: str, description: str,
@@ -281,7 +268,7 @@ def parse_overrides(argv: Sequence[str] | None, prog: str, description: str,
 
 def game_check(canonical_game: typing.Callable[[str], str | None] | None) -> typing.Callable[[str], bool] | None:
     """The check `validate` takes: a game that exists, spelt as the emulator spells it (none without one)."""
-    return None if canonical_game is None else _spelt_as(canonical_game)
+    return None if canonical_game is None else lambda game: canonical_game(game) == game
 
 
 def parse_config(argv: Sequence[str] | None, prog: str, description: str,

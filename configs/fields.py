@@ -13,6 +13,7 @@ from typing import Any
 # ---- per-field constraints -------------------------------------------------------------------
 # Each returns the "accepted" text when a value is rejected, or None when it is fine.
 Check = Callable[[Any], "str | None"]
+ConfigValue = bool | int | float | str | None  # what a field holds
 
 
 def positive(v: Any) -> str | None:
@@ -35,11 +36,11 @@ def optional_non_negative(v: Any) -> str | None:
     return None if v is None or v >= 0 else "a number ≥ 0, or none"
 
 
-def not_empty(v: Any) -> str | None:
+def not_empty(v: object) -> str | None:
     return None if str(v).strip() else "a non-empty string"
 
 
-def device_name(v: Any) -> str | None:
+def device_name(v: object) -> str | None:
     """How `--device` is spelled; whether that device is here is torch's to say (`ppo.devices.resolve_device`)."""
     return None if v in ("auto", "cpu", "cuda") or (isinstance(v, str) and re.fullmatch(r"cuda:[0-9]+", v)) else "auto, cpu, cuda or cuda:N"
 
@@ -92,7 +93,7 @@ MAX_PATH = 4096  # Linux's PATH_MAX; one name in it at most 255 bytes (NAME_MAX)
 DEFAULT_GREEDY_EPSILON = 0.01
 
 
-def folder_path(v: Any) -> str | None:
+def folder_path(v: object) -> str | None:
     """A path the run can create: not empty, no NUL, at most MAX_PATH bytes, each name ≤ 255 bytes."""
     text = str(v)
     if not text.strip() or "\0" in text or len(text.encode()) > MAX_PATH or any(len(part.encode()) > 255 for part in text.split("/")):
@@ -107,19 +108,19 @@ BACKENDS = ("local", "ray", "serial")
 RELAUNCHES = ("fire", "noop-fire-right")
 
 
-def precision_name(v: Any) -> str | None:
+def precision_name(v: object) -> str | None:
     """How `--precision` is spelled; whether this machine has bf16 is torch's to say (`ppo.devices`)."""
     return None if v in PRECISIONS else "auto, fp32 or bf16"
 
 
-def folder_name(v: Any) -> str | None:
+def folder_name(v: object) -> str | None:
     # The name is a folder under data_dir: one plain path component, so `../x` or `/etc` cannot
     # put a run anywhere else.
     return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", str(v)) else (
         "a folder name of at most 100 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..')")
 
 
-def live_value_problem_in(value: Any, low: float, high: float, integral: bool) -> str | None:
+def live_value_problem_in(value: object, low: float, high: float, integral: bool) -> str | None:
     """THE live-value rule: what is wrong with `value` for a live hyperparameter in [low, high]
     (integral: an integer), as the "expected" text, or None when it may be applied. The trainer,
     the checkpoint, a resume and the dashboard all decide with this one function."""
@@ -139,7 +140,7 @@ def live_value_problem_in(value: Any, low: float, high: float, integral: bool) -
 
 
 def one_of(*choices: str) -> Check:
-    def check(v: Any) -> str | None:
+    def check(v: object) -> str | None:
         return None if v in choices else f"one of {', '.join(choices)}"
     return check
 
@@ -164,7 +165,7 @@ def hp(default: Any, help: str, check: Check | None = None, live: tuple[float, f
 class ConfigError(ValueError):
     """A rejected value: names the option, the value, and what is accepted."""
 
-    def __init__(self, name: str, value: Any, accepted: str) -> None:
+    def __init__(self, name: str, value: object, accepted: str) -> None:
         self.option = "--" + name.replace("_", "-")
         self.value = value
         self.accepted = accepted

@@ -4,19 +4,10 @@ games, the batch and every number learned stay the same)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from configs.ppo import PPOConfig
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity: `taskset`, a container's cpuset), not the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no affinity call
-        return os.cpu_count() or 1
 
 
 def grouped_for_cores(config: PPOConfig, cores: int) -> PPOConfig:

@@ -32,17 +32,21 @@ def launch_config(overrides: Mapping[str, Any], cores: int | None, saved: PPOCon
     own config and keeps the run's grouping unless told; `--dashboard` is not taken from the
     checkpoint: a resume sends to the dashboard its own command line names, or to none.
     """
-    if saved is None:
-        values = {**PPOConfig().to_dict(), **overrides}
-        choices: dict[str, str] = {}
-        if cores is not None and machine_groups(PPOConfig.from_dict(values), overrides):
-            grouped = grouped_for_cores(PPOConfig.from_dict(values), cores)
-            values.update(n_workers=grouped.n_workers, envs_per_worker=grouped.envs_per_worker)
-            choices = {name: f"{cores} usable cores" for name in sorted(GROUPING)}
-        return validate(PPOConfig.from_dict(values), game_exists), choices
-    check_resume_changes(saved, overrides)
-    values = {**saved.to_dict(), "dashboard": None, **regrouped(saved, overrides)}
-    return validate(PPOConfig.from_dict(values), game_exists), {}
+    if saved is not None:
+        check_resume_changes(saved, overrides)
+        return config_from_overrides({"dashboard": None, **regrouped(saved, overrides)}, saved, game_exists), {}
+    defaults = PPOConfig.from_dict({**PPOConfig().to_dict(), **overrides})
+    if cores is None or not machine_groups(defaults, overrides):
+        return config_from_overrides(overrides, game_exists=game_exists), {}
+    grouped = grouped_for_cores(defaults, cores)
+    overrides = {**overrides, "n_workers": grouped.n_workers, "envs_per_worker": grouped.envs_per_worker}
+    return config_from_overrides(overrides, game_exists=game_exists), {name: f"{cores} usable cores" for name in sorted(GROUPING)}
+
+
+def config_from_overrides(overrides: Mapping[str, Any], base: PPOConfig | None = None,
+                          game_exists: Callable[[str], bool] | None = None) -> PPOConfig:
+    """The one merge of config layers: `overrides` over `base` (the defaults if None), validated."""
+    return validate(PPOConfig.from_dict({**(base or PPOConfig()).to_dict(), **overrides}), game_exists)
 
 
 def check_resume_changes(saved: PPOConfig, overrides: Mapping[str, Any]) -> None:

@@ -12,16 +12,16 @@ WORKERS_PER_CORE = 8  # past this, worker processes only add switching (and an e
 MIN_WORKERS_CAP = 16  # a small machine may still run the usual 8 or 16 processes
 
 
-def _cores() -> int:
-    """configs/grouping.py's `usable_cores`: its count of this process's cores, so that one rule says what a core is.
-    Imported when asked: configs/grouping.py imports configs/ppo.py, which imports this module."""
-    from configs.grouping import usable_cores as counted
-
-    return counted()
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: `taskset`, a container's cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
 
 
 def max_local_workers() -> int:
-    return max(MIN_WORKERS_CAP, WORKERS_PER_CORE * _cores())
+    return max(MIN_WORKERS_CAP, WORKERS_PER_CORE * usable_cores())
 
 
 def shared_cores_environment() -> dict[str, str]:
@@ -45,7 +45,7 @@ def local_workers_problem(n_workers: int) -> str | None:
     cap = max_local_workers()
     if n_workers <= cap:
         return None
-    return (f"at most {cap} worker processes on this machine's {_cores()} usable cores ({WORKERS_PER_CORE} a core; "
+    return (f"at most {cap} worker processes on this machine's {usable_cores()} usable cores ({WORKERS_PER_CORE} a core; "
             "--envs-per-worker puts more games in each)")
 
 

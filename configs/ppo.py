@@ -218,25 +218,28 @@ def config_fields() -> list[dataclasses.Field[Any]]:
     return list(dataclasses.fields(PPOConfig))
 
 
+LiveValues = dict[str, float]  # the live hyperparameters' values by name (an int for `epochs`)
+
+
 def live_ranges() -> dict[str, tuple[float, float]]:
     """The dynamic hyperparameters and their allowed ranges."""
     return {f.name: f.metadata["live"] for f in config_fields() if f.metadata["live"] is not None}
 
 
-def live_value_problem(name: str, value: Any) -> str | None:
+def live_value_problem(name: str, value: object) -> str | None:
     """What is wrong with `value` as the live hyperparameter `name` (the "accepted" text), or None
     when it may be applied: the rule (`live_value_problem_in`) with the field's own range."""
     low, high = live_ranges()[name]
     return live_value_problem_in(value, low, high, _integral(name))
 
 
-def accepted_live_values(received: Mapping[str, Any], fallback: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def accepted_live_values(received: Mapping[str, Any], fallback: Mapping[str, float]) -> tuple[LiveValues, dict[str, str]]:
     """(the live values to apply, the refused ones): each live value of `received` that
     `live_value_problem` allows, as its field's type (an int for `epochs`), else `fallback`'s value
     (none where `fallback` has none); refused: name → what is accepted, names that are no live
     hyperparameter included. Every place that takes live values from outside (the dashboard, a
     checkpoint) takes them through here."""
-    accepted: dict[str, Any] = {}
+    accepted: LiveValues = {}
     refused: dict[str, str] = {}
     ranges = live_ranges()
     for name in [*ranges, *(k for k in received if k not in ranges)]:
@@ -287,7 +290,7 @@ def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None
     return config
 
 
-def check_field(name: str, value: Any) -> None:
+def check_field(name: str, value: object) -> None:
     """`ConfigError` for a value the field `name` does not accept on its own."""
     f = PPOConfig.__dataclass_fields__[name]
     if isinstance(value, float) and not math.isfinite(value):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import sys
 import typing
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from configs.terminal import escaped
 
@@ -32,7 +32,7 @@ def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
     raise SystemExit(code)
 
 
-def bad_value(option: str, value: Any, accepted: str) -> NoReturn:
+def bad_value(option: str, value: object, accepted: str) -> NoReturn:
     """The one line for a value an option does not take: `error: OPTION VALUE: expected ACCEPTED`."""
     fail(f"{option} {value}: expected {accepted}")
 

@@ -35,6 +35,7 @@ from dashboard.hyperparams import (
     reported_values,
     validate_changes,
 )
+from dashboard.labml_app_patches import stock_track
 from dashboard.lane import StoreLane
 from dashboard.run_display import initial_selected_configs, keep_machine_choices
 from dashboard.usage import RunUsage
@@ -86,7 +87,6 @@ class DashboardHandlers:
 
     async def track(self, request: Request, labml_token: str) -> dict[str, Any]:
         """labml's client endpoint: the stock handler plus checks, claiming and live hyperparameters."""
-        from labml_app import handlers
         from labml_app import settings as labml_settings
         from labml_app.db import project as project_db
 
@@ -109,10 +109,7 @@ class DashboardHandlers:
             # labml sends a status only at a run's end, so a run resumed in a new process would stay
             # "completed" (and refuse live changes) until its next end: its leg's start says it runs.
             await self.lane.in_thread(reopen_run, run_uuid)
-        # The stock handler reads the body with request.json(): hand it the strictly parsed one.
-        request._json = body
-        res: dict[str, Any] = await handlers._update_run(request, labml_token, version, run_uuid, rank,
-                                                         world_size, main_rank)
+        res = await stock_track(request, body, labml_token, version, run_uuid, rank, world_size, main_rank)
         # labml-app answers with its own record of live values; only the run itself gets ours.
         res["dynamic"] = {}
         if not res.get("errors"):

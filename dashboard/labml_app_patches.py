@@ -6,6 +6,11 @@ What is changed (each function says why):
   `LABML_APP_SERVER_PORT` settings; `db.init_mongo_db` (files by labml_db's `set_db_drivers` in
   `use_file_store`, or the given MongoDB); the MongoDB driver's `_from_dump`
   (`read_mongo_records_as_data`); its logger's `setLevel` and `addFilter`; `git.Repo` meanwhile;
+- labml_db's file drivers, subclassed to replace files whole (`AtomicFileDbDriver`: its `_path`
+  over `_db_path` and `_serializer`; `AtomicFileIndexDbDriver`: its `_save_cache` of `_cache` to
+  `_index_path`);
+- labml-app's `/track` handler called by ours (`stock_track`): `handlers._update_run`, with the
+  body our guard parsed put where `request.json()` returns it from (the request's `_json`);
 - what a run shows (`present_runs`): `utils.get_default_series_preference`,
   `MetricsAnalysis.track`, `Run.get_data`, `Run.get_summary`; and `run.delete` (`give_back_on_delete`);
 - its routes (`replace_stock_routes`): the router's `routes` (`index`, `send_js` and `update_run`
@@ -20,8 +25,9 @@ What is changed (each function says why):
   (`add_exception_handler`, `answer_errors_as_json`); CORS `allow_origins` (`trust_only_origin`);
   our request guard, and outermost the refusal of framing on every answer (`add_middleware`,
   `guard_requests`).
-Elsewhere labml-app is only read, and its records written through its models (`handlers`,
-`stock_api`, `compare`); `tests/test_architecture.py` fails on a change made anywhere else.
+Elsewhere labml-app is only read through its public names, and its records written through its
+models (`handlers`, `stock_api`, `compare`); `tests/test_labml_app_seam.py` fails on a change made
+anywhere else, and on a private name of labml-app or labml_db read or written anywhere else.
 """
 
 from __future__ import annotations
@@ -37,14 +43,18 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
+from labml_db.driver.file import FileDbDriver
+from labml_db.index_driver.file import FileIndexDbDriver
+from labml_db.types import ModelDict
+from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 
+from configs.files import atomic_write
 from dashboard import run_display, safe_pickle, stock_api
 from dashboard.assets import VendorAssets
 from dashboard.guard import RequestGuard
 from dashboard.hyperparams import HyperParamStore
 from dashboard.lane import StoreLane
-from dashboard.store import AtomicFileDbDriver, AtomicFileIndexDbDriver
 from dashboard.usage import RunUsage
 from dashboard.web import FramingRefused, error_response
 
@@ -74,7 +84,7 @@ def load_labml_app(host: str, port: int, file_store: Path, mongo_url: str | None
     labml_app_logger.addFilter(not_a_hosted_repo_message)
     import git
 
-    def no_repo(*args: Any, **kwargs: Any) -> None:
+    def no_repo(*args: object, **kwargs: object) -> None:
         raise git.InvalidGitRepositoryError("not looked up by the local dashboard")
 
     # Its start-up reads the HEAD commit of whatever repository the working directory is in, only
@@ -107,6 +117,48 @@ def use_file_store(data_dir: Path) -> None:
                           for i in db.indexes])
     project.create_project(settings.FLOAT_PROJECT_TOKEN, "float project")
     project.create_project(settings.SAMPLES_PROJECT_TOKEN, "samples project")
+
+
+class AtomicFileDbDriver(FileDbDriver):
+    """labml_db's `FileDbDriver` rewrites a file in place (a crash leaves it cut short): this one
+    replaces it whole; one pickle per model instance, read as data only (`safe_pickle`)."""
+
+    def _path(self, key: str) -> Path:
+        return self._db_path / f"{key}.{self._serializer.file_extension}"
+
+    def load_dict(self, key: str) -> ModelDict | None:
+        # Files are only ever replaced whole, so no read lock is needed.
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        record: ModelDict | None = safe_pickle.read_record(data, str(self._path(key)))
+        return record
+
+    def save_dict(self, key: str, data: ModelDict) -> None:
+        atomic_write(self._path(key), self._serializer.to_string(data))
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+
+class AtomicFileIndexDbDriver(FileIndexDbDriver):
+    """labml_db's `FileIndexDbDriver`, its index file replaced whole on every change. It caches the
+    whole index in memory: one process per data folder (`store.DataFolderLock`)."""
+
+    def _save_cache(self) -> None:
+        atomic_write(self._index_path, self._serializer.to_string(self._cache).encode("utf-8"))
+
+
+async def stock_track(request: Request, body: object, labml_token: str, version: str, run_uuid: str, rank: int,
+                      world_size: int, main_rank: int) -> dict[str, Any]:
+    """labml-app's `/track` handler (in the store's lane: `serialize_store_writes`) on `body`, the
+    body our guard parsed: the stock handler reads it with `request.json()`, which returns `_json`."""
+    from labml_app import handlers
+
+    request._json = body
+    answer: dict[str, Any] = await handlers._update_run(request, labml_token, version, run_uuid, rank, world_size, main_rank)
+    return answer
 
 
 def read_mongo_records_as_data() -> None:
@@ -287,7 +339,7 @@ def chart_bundle_route(static_root: Path) -> Route:
         raise RuntimeError(f"labml-app's bundle.min.js has {bundle.count(stock)} copies of {stock!r}, expected 1")
     body = bundle.replace(stock, ours).encode("utf-8")
 
-    async def serve(request: Any) -> Response:
+    async def serve(request: Request) -> Response:
         return Response(body, media_type="text/javascript")
 
     return Route("/js/bundle.min.js", serve, methods=["GET"])

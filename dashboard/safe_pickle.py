@@ -39,7 +39,7 @@ class UnsafeRecord(ValueError):
     """A stored record that is not plain data (or not a pickle at all)."""
 
 
-def _dtype(spec: Any, *args: Any) -> np.dtype:
+def _dtype(spec: Any, *args: object) -> np.dtype:
     dtype = np.dtype(spec)
     if dtype.kind not in NUMBER_KINDS or dtype.hasobject:
         raise UnsafeRecord(f"an array of {dtype} (only numbers are stored)")
@@ -51,7 +51,7 @@ class _ArrayType:
     (`numpy.ndarray(shape)` would allocate whatever a record asked)."""
 
 
-def _reconstruct(subtype: Any, shape: Any, dtype_char: Any) -> np.ndarray:
+def _reconstruct(subtype: object, shape: object, dtype_char: object) -> np.ndarray:
     # numpy pickles an empty array and fills it from the record's own bytes (`__setstate__`
     # checks their length), so the memory taken is bounded by the record's size.
     if not isinstance(subtype, _ArrayType) or shape != (0,):
@@ -59,7 +59,7 @@ def _reconstruct(subtype: Any, shape: Any, dtype_char: Any) -> np.ndarray:
     return cast(np.ndarray, multiarray._reconstruct(np.ndarray, (0,), dtype_char))
 
 
-def _frombuffer(buffer: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
+def _frombuffer(buffer: object, dtype: object, shape: Any, order: Any) -> np.ndarray:
     # How protocol 5 pickles an array: a view of the record's own bytes.
     if not isinstance(dtype, np.dtype) or not isinstance(buffer, (bytes, bytearray, pickle.PickleBuffer)):
         raise UnsafeRecord("an array made from something other than its bytes")
@@ -72,7 +72,7 @@ def _scalar(dtype: Any, *data: Any) -> Any:
     return multiarray.scalar(dtype, *data)
 
 
-def _latin1(text: Any, encoding: Any = "latin1") -> bytes:
+def _latin1(text: object, encoding: object = "latin1") -> bytes:
     # How protocol 2 pickles store bytes (numpy's raw data among them).
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
         raise UnsafeRecord("an encoded value other than latin-1 text")
@@ -100,7 +100,7 @@ class _Unpickler(pickle.Unpickler):
             raise UnsafeRecord(f"it names {module}.{name}, which a stored record never needs")
         return found
 
-    def persistent_load(self, pid: Any) -> Any:
+    def persistent_load(self, pid: object) -> None:
         raise UnsafeRecord("it holds a persistent reference")
 
 
@@ -120,13 +120,22 @@ def check_plain(value: Any) -> None:
             stack.extend(item.keys())
             stack.extend(item.values())
         elif kind is Key:
-            if set(vars(item)) != {"_key"} or not isinstance(item._key, str):
+            if not _only_a_name(item):
                 raise UnsafeRecord("a key with other contents than its name")
         elif kind is np.ndarray or isinstance(item, np.generic):
             if item.dtype.kind not in NUMBER_KINDS or item.dtype.hasobject:
                 raise UnsafeRecord(f"an array of {item.dtype}")
         else:
             raise UnsafeRecord(f"a {kind.__module__}.{kind.__qualname__}")
+
+
+def _only_a_name(key: Key) -> bool:
+    """Whether `key` holds its name (text) and nothing else, as a key made from that name does:
+    read through its public `str`, which fails on a name that is not text or on none at all."""
+    try:
+        return vars(Key(str(key))) == vars(key)
+    except (TypeError, AttributeError):
+        return False
 
 
 def loads(data: bytes) -> Any:

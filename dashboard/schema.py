@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from dashboard.strict_json import child_path, field_name
 from dashboard.web import BadRequest
 
-Check = Callable[[Any, str], None]
+Check = Callable[[object, str], None]
 
 
-def preview(value: Any) -> str:
+def preview(value: object) -> str:
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):
@@ -26,37 +26,37 @@ def preview(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def fail(path: str, value: Any, expected: str) -> NoReturn:
+def fail(path: str, value: object, expected: str) -> NoReturn:
     raise BadRequest(400, f"{field_name(path)}: expected {expected}, got {preview(value)}")
 
 
-def string(value: Any, path: str) -> None:
+def string(value: object, path: str) -> None:
     if not isinstance(value, str):
         fail(path, value, "a string")
 
 
-def boolean(value: Any, path: str) -> None:
+def boolean(value: object, path: str) -> None:
     if not isinstance(value, bool):
         fail(path, value, "true or false")
 
 
-def integer(value: Any, path: str) -> None:
+def integer(value: object, path: str) -> None:
     # bool is an int subclass in Python but not in JSON.
     if isinstance(value, bool) or not isinstance(value, int):
         fail(path, value, "an integer")
 
 
-def number(value: Any, path: str) -> None:
+def number(value: object, path: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         fail(path, value, "a number")
 
 
-def anything(value: Any, path: str) -> None:
+def anything(value: object, path: str) -> None:
     """Any JSON value (`strict_json` has already refused what the store cannot hold)."""
 
 
 def optional(check: Check) -> Check:
-    def check_optional(value: Any, path: str) -> None:
+    def check_optional(value: object, path: str) -> None:
         if value is not None:
             check(value, path)
 
@@ -64,7 +64,7 @@ def optional(check: Check) -> Check:
 
 
 def list_of(check: Check, *, min_items: int = 0, max_items: int | None = None, what: str = "a list") -> Check:
-    def check_list(value: Any, path: str) -> None:
+    def check_list(value: object, path: str) -> None:
         if not isinstance(value, list) or len(value) < min_items or (max_items is not None and len(value) > max_items):
             fail(path, value, what)
         for i, item in enumerate(value):
@@ -74,7 +74,7 @@ def list_of(check: Check, *, min_items: int = 0, max_items: int | None = None, w
 
 
 def dict_of(check: Check) -> Check:
-    def check_dict(value: Any, path: str) -> None:
+    def check_dict(value: object, path: str) -> None:
         if not isinstance(value, dict):
             fail(path, value, "an object")
         for key, item in value.items():
@@ -84,7 +84,7 @@ def dict_of(check: Check) -> Check:
 
 
 def obj(fields: Mapping[str, Check], *, required: tuple[str, ...] = ()) -> Check:
-    def check_object(value: Any, path: str) -> None:
+    def check_object(value: object, path: str) -> None:
         if not isinstance(value, dict):
             fail(path, value, "an object")
         for key in required:

@@ -1,32 +1,22 @@
-"""The dashboard's storage: labml-app's models in a folder, written atomically, and the folder's lock.
+"""The dashboard's own store files (`RecordFile`), each replaced whole, and the data folder's lock.
 
-labml-app talks to its database only through `labml_db`'s `Model` / `Index` driver
-registries, so file drivers set there before the app is created give a dashboard that
-needs no database server (`labml_app_patches.use_file_store` sets them).  `labml_db`'s
-file drivers rewrite files in place, which leaves a truncated file behind if the process
-dies mid-write; the subclasses here write to a temporary file and `os.replace` it, so
-each file is always either the old or the new version.
+labml-app's models are kept in the same folder by labml_db's file drivers, made to replace
+their files whole too (`labml_app_patches.use_file_store`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import json
 import os
 import stat
-import tempfile
 import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from labml_db.driver.file import FileDbDriver
-from labml_db.index_driver.file import FileIndexDbDriver
-from labml_db.types import ModelDict
-
-from dashboard.safe_pickle import read_record
+from configs.files import atomic_write
 
 LOCK_FILE_NAME = "dashboard.lock"
 
@@ -41,35 +31,6 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not {what}")
     return data
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers and crashes only ever see a whole file.
-
-    The bytes go to a temporary file in the same folder (a rename across filesystems is not
-    atomic) and are fsynced before `os.replace` renames it over `path`; the folder is then
-    fsynced so the rename itself survives a power loss.  On any error the temporary file is
-    removed and the old `path` is left as it was.  (The dashboard is an app of its own, so it
-    keeps this small helper rather than borrowing the learner's.)
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 class RecordFile:
@@ -97,7 +58,7 @@ class RecordFile:
         self._encoded = {key: _encode(record) for key, record in records.items()}
         return records
 
-    def stage(self, key: str, record: Any) -> int:
+    def stage(self, key: str, record: object) -> int:
         """Take `record` (None: remove it) as the key's content from now on; returns the change's
         number, for `write`."""
         encoded = None if record is None else _encode(record)
@@ -125,47 +86,8 @@ class RecordFile:
             self._written = newest
 
 
-def _encode(record: Any) -> str:
+def _encode(record: object) -> str:
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-class AtomicFileDbDriver(FileDbDriver):
-    """`FileDbDriver` whose saves are atomic; one file per model instance."""
-
-    def _path(self, key: str) -> Path:
-        return self._db_path / f"{key}.{self._serializer.file_extension}"
-
-    def load_dict(self, key: str) -> ModelDict | None:
-        # Files are only ever replaced whole, so no read lock is needed.
-        try:
-            data = self._path(key).read_bytes()
-        except FileNotFoundError:
-            return None
-        if not self._serializer.is_bytes:
-            return self._serializer.from_string(data.decode("utf-8"))
-        # Pickled models are read as data only; a record that is not is skipped (see `safe_pickle`).
-        record: ModelDict | None = read_record(data, str(self._path(key)))
-        return record
-
-    def save_dict(self, key: str, data: ModelDict) -> None:
-        encoded = self._serializer.to_string(data)
-        if isinstance(encoded, str):
-            encoded = encoded.encode("utf-8")
-        atomic_write(self._path(key), encoded)
-
-    def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
-
-
-class AtomicFileIndexDbDriver(FileIndexDbDriver):
-    """`FileIndexDbDriver` whose index file is replaced atomically on every change.
-
-    The parent caches the whole index in memory, which is why only one process may
-    use a data folder at a time (see `DataFolderLock`).
-    """
-
-    def _save_cache(self) -> None:
-        atomic_write(self._index_path, self._serializer.to_string(self._cache).encode("utf-8"))
 
 
 class DataFolderError(RuntimeError):

@@ -48,7 +48,7 @@ from typing import Any
 
 from configs.cli import OneLineParser, fail, float_in, int_in, parse_config
 from configs.fields import ConfigError
-from configs.grouping import usable_cores
+from configs.machine import usable_cores
 from configs.ppo import PPOConfig
 from game.atari import canonical_game
 

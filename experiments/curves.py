@@ -39,7 +39,7 @@ import numpy as np
 
 from configs.cli import OneLineParser, docstring_help, fail, int_in
 from configs.fields import MAX_ENV_STEPS, MAX_SEED
-from configs.grouping import usable_cores
+from configs.machine import usable_cores
 from configs.terminal import escaped
 from experiments.run.games_csv import GameRow, read_games
 from experiments.seed_runs import print_comparison, seed_run, train_seeds

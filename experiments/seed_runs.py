@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from configs.cli import fail
-from configs.grouping import usable_cores
-from configs.machine import shared_cores_environment
+from configs.machine import shared_cores_environment, usable_cores
 
 
 @dataclass(frozen=True)

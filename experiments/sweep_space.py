@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from configs.cli import value_converter
-from configs.fields import MAX_SEED
+from configs.fields import MAX_SEED, ConfigValue
 from configs.ppo import PPOConfig, config_fields
 
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
@@ -43,7 +43,7 @@ def whole_number(value: Any, where: str, low: int, high: int) -> int:
     return number
 
 
-def _field_value(name: str, value: Any) -> Any:
+def _field_value(name: str, value: object) -> ConfigValue:
     """`value` (text, or a YAML scalar) as field `name`'s type; SweepError names what is wrong."""
     fields = {f.name for f in config_fields()}
     if name not in fields:

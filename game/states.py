@@ -28,7 +28,7 @@ MEMORY_LIMIT = 4 << 30  # the throwaway process's address space: a crafted lengt
 KEYS = {"ale": bytes, "observation": bytes, "lives": int, "score": numbers.Real, "length": int, "rng": dict, "spec": dict}
 
 
-def shape_problem(state: Any, game: str, frame_stack: int) -> str | None:
+def shape_problem(state: object, game: str, frame_stack: int) -> str | None:
     """What is wrong with one saved game's shape (the text after "is"), or None."""
     if not isinstance(state, dict) or set(state) != set(KEYS):
         return f"not a game state (expected a dict of {', '.join(KEYS)})"
@@ -47,7 +47,7 @@ def shape_problem(state: Any, game: str, frame_stack: int) -> str | None:
     return None
 
 
-def states_problem(settings: Mapping[str, Any], states: Any, count: int) -> str | None:
+def states_problem(settings: Mapping[str, Any], states: object, count: int) -> str | None:
     """What is wrong with a checkpoint's `env_states` for a run of `settings` (a config dict) with
     `count` games, as one line starting "env_states", or None when every state restores."""
     if not isinstance(states, list) or len(states) != count:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ppo.files import atomic_write
+from configs.files import atomic_write
 from ppo.model import ActorCritic
 
 # The layout of the fields below. 1: the files written before the version was recorded, the same

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from configs.ppo import PPOConfig, live_ranges
+from configs.ppo import LiveValues, PPOConfig, live_ranges
 from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
 from ppo.checkpoint import Checkpoint
 from ppo.devices import resolve_precision
@@ -26,7 +26,7 @@ from ppo.memory import keep_freed_memory
 from ppo.model import ActorCritic, sample_actions
 from ppo.records import GameRecord, GameRecords
 from ppo.rollout import Batch, Rollout, acting_groups
-from ppo.schedule import IterationSettings, LiveValueGuard, annealed, check_settings
+from ppo.schedule import IterationSettings, annealed, check_settings
 from ppo.seeding import Seeds, resumed_sampling_seed
 from ppo.threads import torch_threads
 from ppo.update import minibatch_step
@@ -52,7 +52,7 @@ class UpdateAbandoned(RuntimeError):
 
 class Trainer:
     def __init__(self, config: PPOConfig, pool: EnvPool, seeds: Seeds, device: torch.device,
-                 live_values: Callable[[], dict[str, Any]] | None = None, on_event: Callable[[str], None] | None = None) -> None:
+                 live_values: Callable[[], LiveValues] | None = None, on_event: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.pool = pool
         self.device = device
@@ -61,7 +61,8 @@ class Trainer:
         keep_freed_memory()
         # Where the live hyperparameters come from: labml's dynamic values in a run, the config here.
         self.live_values = live_values or (lambda: {k: getattr(config, k) for k in live_ranges()})
-        self.live = LiveValueGuard(config)  # the live values last applied; refused ones reported once
+        # The live values last applied: what a checkpoint saves as their bases.
+        self.live_in_use: LiveValues = {k: getattr(config, k) for k in live_ranges()}
         # Asked between minibatches; True abandons the update in progress (`UpdateAbandoned`). The run
         # sets it to "a stop was requested", so Ctrl-C/SIGTERM never waits for a whole update.
         self.should_stop: Callable[[], bool] | None = None
@@ -245,13 +246,9 @@ class Trainer:
     # -- hyperparameters -------------------------------------------------------------------------
 
     def schedule(self) -> IterationSettings:
-        """This iteration's hyperparameters: the live values (checked, `LiveValueGuard`), annealed."""
-        return annealed(self.live.checked(self.live_values(), self.on_event), self.config, self.update)
-
-    @property
-    def live_in_use(self) -> dict[str, Any]:
-        """The live values this trainer last applied (what a checkpoint saves as their bases)."""
-        return self.live.in_use
+        """This iteration's hyperparameters: the live values now, annealed (checked by `iteration`)."""
+        self.live_in_use = self.live_values()
+        return annealed(self.live_in_use, self.config, self.update)
 
     # -- the learner's state ---------------------------------------------------------------------
 
@@ -278,7 +275,7 @@ class Trainer:
         """Workers the pool replaced over the whole run (saved in checkpoints)."""
         return self.pool.restarts
 
-    def state_dict(self, live_values: dict[str, Any]) -> Checkpoint:
+    def state_dict(self, live_values: LiveValues) -> Checkpoint:
         """The learner's state now, with `live_values` as the live hyperparameters' bases."""
         try:
             # A worker found dead here is replaced (and counted) like one found dead while sampling.

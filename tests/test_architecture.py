@@ -4,7 +4,7 @@ functions too), so a shortcut added anywhere fails here rather than in a reviewe
 from __future__ import annotations
 
 import ast
-import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -67,103 +67,69 @@ def test_the_training_process_touches_labml_in_one_folder() -> None:
     assert any("labml" in imported_packages(path) for path in LABML_SEAM.glob("*.py"))  # the check sees labml's imports
 
 
-# The server side's one seam: every change made to labml-app (a replaced function, attribute, route,
-# middleware, store driver or setting) is in this module, so an upgrade of labml-app means
-# re-checking it and LABML_SEAM. Reading labml-app and writing records through its models is not a change.
-LABML_APP_SEAM = REPO / "dashboard" / "labml_app_patches.py"
-STOCK_PACKAGES = {"labml_app", "labml_db", "git"}  # labml-app, its store's registries, the repository it reads at import
-APP_PARTS = {"routes", "user_middleware", "middleware_stack", "exception_handlers", "app"}  # the stock app's make-up
-APP_CHANGES = {"add_middleware", "add_exception_handler", "add_route", "add_api_route", "add_websocket_route",
-               "include_router", "mount", "add_event_handler", "setattr", "delattr"}
-
-
-def names_along(node: ast.expr) -> list[str]:
-    """`a.b[c].d["e"]` → ["a", "b", "d", "e"]: the root name, then each attribute and string key."""
-    parts = []
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        if isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-        elif isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-            parts.append(node.slice.value)
-        node = node.value
-    return [node.id if isinstance(node, ast.Name) else "", *reversed(parts)]
-
-
-def changes_to_labml_app(path: Path) -> list[tuple[int, str]]:
-    """(line, what) for each change `path` makes to labml-app: an assignment or deletion into a
-    name imported from STOCK_PACKAGES, or into the make-up of an app (APP_PARTS, on anything but
-    `self`); a call of APP_CHANGES, or of a `set…`/`add…` method of an imported stock name; and a
-    `LABML_APP_…` setting named."""
-    tree = ast.parse(path.read_text(), str(path))
-    stock = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            stock |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in STOCK_PACKAGES}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in STOCK_PACKAGES:
-            stock |= {a.asname or a.name for a in node.names}
-    found = []
-    for node in ast.walk(tree):
-        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
-                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
-        while any(isinstance(t, (ast.Tuple, ast.List, ast.Starred)) for t in targets):
-            targets = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else
-                                                     [t.value] if isinstance(t, ast.Starred) else [t])]
-        for target in targets:
-            names = names_along(target)
-            attributes = {n.attr for n in ast.walk(target) if isinstance(n, ast.Attribute)}
-            if len(names) > 1 and (names[0] in stock or (names[0] != "self" and APP_PARTS & attributes)):
-                found.append((node.lineno, names[-1]))
-        if isinstance(node, ast.Call):
-            names = names_along(node.func)
-            if names[-1] in APP_CHANGES or (len(names) > 1 and names[0] in stock and names[-1].startswith(("set", "add"))):
-                found.append((node.lineno, names[-1]))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("LABML_APP_"):
-            found.append((node.lineno, node.value))
-    return sorted(found)
-
-
-def test_labml_app_is_changed_in_one_module_only() -> None:
-    products = sorted(p for package in ALLOWED for p in (REPO / package).rglob("*.py") if p != LABML_APP_SEAM)
-    offenders = [f"{path.relative_to(REPO)}:{line} {what}" for path in products for line, what in changes_to_labml_app(path)]
-    assert offenders == []
-
-
-def test_the_labml_app_seam_lists_every_change_it_makes() -> None:
-    """Its docstring is the checklist for an upgrade of labml-app: each thing the module changes is named there."""
-    changes = changes_to_labml_app(LABML_APP_SEAM)
-    assert len(changes) > 10  # the check sees the changes it looks for
-    doc = ast.get_docstring(ast.parse(LABML_APP_SEAM.read_text())) or ""
-    assert [what for _, what in changes if not re.search(rf"\b{re.escape(what)}\b", doc)] == []
-
-
-def test_every_kind_of_change_to_labml_app_is_seen(tmp_path: Path) -> None:
-    module = tmp_path / "m.py"
-    module.write_text(
-        "import os\nimport git\nfrom labml_app import db as d\nfrom labml_db import Model\n\n"
-        "def f(flask_app, route, self, data):\n"
-        "    from labml_app.db import run\n"
-        "    d.init_mongo_db = None\n"              # a replaced function
-        "    run.Run.get_data, x = None, 1\n"       # in a tuple
-        "    del git.Repo\n"
-        "    flask_app.app.router.routes[:] = []\n"  # the stock app's routes
-        "    route.app = None\n"
-        "    flask_app.app.user_middleware[0].kwargs['x'] = 1\n"
-        "    flask_app.app.add_middleware(object)\n"
-        "    Model.set_db_drivers([])\n"
-        "    setattr(run, 'delete', None)\n"
-        "    os.environ.setdefault('LABML_APP_SERVER_IP', 'h')\n"
-        "    self.app = None\n"                       # ours: not a change
-        "    data['routes'] = run.get('x')\n"         # ours, and a read
-    )
-    assert changes_to_labml_app(module) == [
-        (8, "init_mongo_db"), (9, "get_data"), (10, "Repo"), (11, "routes"), (12, "app"), (13, "x"),
-        (14, "add_middleware"), (15, "set_db_drivers"), (16, "setattr"), (17, "LABML_APP_SERVER_IP")]
+def test_the_labml_folder_is_below_the_run_it_serves() -> None:
+    """experiments/run/labml/ is what the run calls to reach labml: it is given what it needs
+    (a resumed run's history, where to say things) and imports nothing of the run above it."""
+    seam = "experiments.run.labml"
+    above = {module: sorted(i for i in imported if not i.startswith(seam))
+             for module, imported in module_imports(REPO, ["experiments"]).items() if module.startswith(seam)}
+    assert len(above) > 3 and all(v == [] for v in above.values()), above
 
 
 def test_imported_packages_reads_every_kind_of_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os, game.atari\nfrom ppo.model import X\nfrom . import sibling\n\ndef f():\n    import torch\n")
     assert imported_packages(module) == {"os", "game", "ppo", "torch"}
+
+
+def module_imports(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
+    """module → the modules of `packages` it imports, at any depth of its code (function-level too)."""
+    paths = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for package in packages for p in (root / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        named: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                named |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                named |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        graph[module] = (named & paths.keys()) - {module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each circle found by walking the graph depth first: [a, b, …, a]."""
+    state: dict[str, bool] = {}  # False: on the walk's path; True: done
+    circles: list[list[str]] = []
+
+    def walk(module: str, path: list[str]) -> None:
+        state[module] = False
+        for imported in sorted(graph[module]):
+            if state.get(imported) is False:
+                circles.append([*path[path.index(imported):], module, imported])
+            elif imported not in state:
+                walk(imported, [*path, module])
+        state[module] = True
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [])
+    return circles
+
+
+def test_no_module_imports_itself_back() -> None:
+    """A circle works only while an import stays inside a function, in the right order; none at all."""
+    assert import_circles(module_imports(REPO, ALLOWED)) == []
+
+
+def test_a_circle_through_a_function_level_import_is_seen(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "__init__.py").write_text("")
+    (tmp_path / "a" / "x.py").write_text("from a.y import f\n")
+    (tmp_path / "a" / "y.py").write_text("from a import z\n")
+    (tmp_path / "a" / "z.py").write_text("def g():\n    from a.x import f\n")
+    assert import_circles(module_imports(tmp_path, ["a"])) == [["a.x", "a.y", "a.z", "a.x"]]
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -173,15 +139,20 @@ def test_imports_point_one_way(package: str) -> None:
     assert not imported & FORBIDDEN_THIRD_PARTY.get(package, set()), f"{package}/ imports {sorted(imported & FORBIDDEN_THIRD_PARTY[package])}"
 
 
-def test_a_run_that_films_nothing_never_loads_the_video_encoder() -> None:
+def test_a_run_that_films_nothing_never_loads_the_video_encoder_nor_a_member_the_dashboard() -> None:
     """PyAV brings FFmpeg's libraries (about 20 MB of the trainer's memory): the training and
-    evaluation commands load it only when a game is filmed (ppo/evaluation/__init__.py)."""
+    evaluation commands load it only when a game is filmed (ppo/evaluation/__init__.py). A
+    population's member is a Ray task of experiments/pbt/population.py that runs a training run:
+    its process loads that module, its package and the run's, and nothing of the dashboard."""
     import subprocess
     import sys
-    probe = ("import sys, experiments.breakout, experiments.evaluate, experiments.run.lifecycle, ppo.evaluation; "
-             "print('av' in sys.modules, 'ppo.evaluation.film' in sys.modules)")
+    dashboard = "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dashboard') or 'none')"
+    probe = ("import sys, experiments.pbt.population, experiments.breakout, experiments.run.lifecycle, "
+             f"experiments.run.plan, experiments.run.folders; {dashboard}; "
+             "import experiments.evaluate, ppo.evaluation; print('av' in sys.modules, 'ppo.evaluation.film' in sys.modules); "
+             f"import experiments.pbt.cli; {dashboard}")
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
-    assert loaded.stdout.split() == ["False", "False"]
+    assert loaded.stdout.split() == ["none", "False", "False", "['dashboard',", "'dashboard.client']"]  # the driver's: seen
     filmed = subprocess.run([sys.executable, "-c", "import sys, ppo.evaluation.film; print('av' in sys.modules)"],
                             cwd=REPO, capture_output=True, text=True, check=True)
     assert filmed.stdout.split() == ["True"]  # the probe can see the import it looks for

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from configs.grouping import usable_cores
+from configs.machine import usable_cores
 from experiments.run.games_csv import GamesCsv
 from tests.conftest import REPO
 

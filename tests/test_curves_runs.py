@@ -184,7 +184,7 @@ def test_a_peer_run_names_its_machine_from_its_start_and_stops_at_a_sigterm(cli,
 def test_a_peer_run_among_others_gets_its_share_of_the_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from configs.grouping import usable_cores
+    from configs.machine import usable_cores
     from experiments.seed_runs import seed_run
 
     monkeypatch.delenv("OMP_WAIT_POLICY")  # as in a user's shell (the suite sets it, tests/__init__.py)

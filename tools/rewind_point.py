@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from configs.grouping import usable_cores
 from configs.launch import launch_config
+from configs.machine import usable_cores
 from game.vector import game_specs, make_pool
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer

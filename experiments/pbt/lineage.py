@@ -10,10 +10,10 @@ import io
 import os
 from pathlib import Path
 
+from configs.files import atomic_write
 from experiments.run.folder_checks import open_own_file
 from experiments.run.folders import publish
 from experiments.run.updates_csv import read_updates
-from ppo.files import atomic_write
 
 COLUMNS = ("update", "member", "copied_from", "changes")
 

@@ -5,7 +5,7 @@ The record is input as much as the run folders are (whoever may write the data d
 edited it), so `load` takes nothing on trust: it is read without following a link, and every
 field is checked (its type, its range, its agreement with the others) before anything starts,
 with one line naming the field and the value it holds (`PopulationFileError`). It is written
-whole under a temp name of its own and renamed into place (`ppo.files.atomic_write`), so a link
+whole under a temp name of its own and renamed into place (`configs.files.atomic_write`), so a link
 or a hard link planted where it or its temp file belongs is replaced, never written through.
 """
 
@@ -23,11 +23,11 @@ from typing import Any
 
 from configs.cli import config_from_overrides, value_converter
 from configs.fields import MAX_SEED
+from configs.files import atomic_write
 from configs.ppo import ConfigError, PPOConfig, live_ranges, live_value_problem
 from experiments.pbt.explore import check_explored
 from experiments.run.folders import find_run, publish
 from game.atari import is_known_game
-from ppo.files import atomic_write
 
 STATE = "population.json"
 MAX_POPULATION = 1024  # members are listed, started and ranked one by one: a typo of 10**9 must not start
@@ -116,7 +116,7 @@ def read_record(path: Path) -> Any:
         raise PopulationFileError(f"{STATE} is not a population's record (a number or a nesting too large to read)") from None
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """A value of the record as a message quotes it: as JSON, cut at 60 characters."""
     try:
         text = json.dumps(value, ensure_ascii=False)
@@ -125,11 +125,11 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def _integer(value: Any, low: int, high: int) -> bool:
+def _integer(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _of_type(value: Any, annotation: Any) -> bool:
+def _of_type(value: object, annotation: object) -> bool:
     """Whether JSON's `value` is of a config field's type (`int`, `float | None`, …): a bool is no
     number, an integer is a float too."""
     kinds = typing.get_args(annotation) or (annotation,)
@@ -148,7 +148,7 @@ def _bad(values: dict[str, Any], name: str, expected: str) -> PopulationFileErro
     return PopulationFileError(f"{STATE}'s {name} is {shown(value)}: expected {expected}")
 
 
-def checked(data: Any, folder: Path) -> Population:
+def checked(data: object, folder: Path) -> Population:
     """`data` (population.json's) as a Population, or `PopulationFileError` naming the first field
     that is missing, unknown, of another type, out of its range or at odds with the others."""
     names = [f.name for f in fields(Population)]

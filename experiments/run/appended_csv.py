@@ -7,7 +7,7 @@ are dropped before it starts: the file is rewritten with only the rows to keep, 
 Rows are appended and flushed, not fsynced, so a machine that loses power (or a disk that fills)
 in the middle of an append leaves a last line without its line end. That line is an append that
 did not finish, not a row: readers leave it out (`read_rows`), and a resume drops it when the rows
-before it reach the checkpoint (experiments/run/lifecycle.py `check_records`).
+before it reach the checkpoint (the resume's checks of the run folder's records).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from configs.files import atomic_write
 from experiments.run.folder_checks import open_own_file
-from ppo.files import atomic_write
 
 
 def read_rows(path: Path, columns: Sequence[str]) -> list[tuple[int, list[str]]]:

@@ -7,7 +7,7 @@ one, `check_run_folder` refuses a folder that holds a link where a file belongs,
 labml opens `configs.yaml`, `run.yaml`, `indicators.yaml`, `source.diff`, `run_log.jsonl` and
 `run.pid` with a plain `open(path, "w"/"a")`, which follows a symbolic link and writes into a hard
 link's other names: a link there would let the run overwrite any file its user can write. The
-files this project writes itself are replaced by rename (`ppo.files.atomic_write`) or opened with
+files this project writes itself are replaced by rename (`configs.files.atomic_write`) or opened with
 `open_own_file` (O_NOFOLLOW, a second name refused), so a link in their place is never written
 through, even one put there after the check; reading through one would still show a file from
 elsewhere, so every link is refused, wherever it is.
@@ -28,7 +28,7 @@ from pathlib import Path
 WRITTEN_IN_PLACE = ("configs.yaml", "run.yaml", "indicators.yaml", "source.diff", "run_log.jsonl", "run.pid")
 
 # What a writer of this project leaves when it is killed mid-write, and nothing else: the temp
-# file of `ppo.files.atomic_write` (`.<name>.<8 characters of mkstemp>.tmp`), the staged newest
+# file of `configs.files.atomic_write` (`.<name>.<8 characters of mkstemp>.tmp`), the staged newest
 # checkpoint and the hard link of a rotation (`experiments.run.folders.rotate_in`).
 DEAD_WRITERS_FILES = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp|\.checkpoint\.pt\.next|\.checkpoint\.\d+\.pt\.link")
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from configs.files import fsync_folder
 from experiments.run.folder_checks import remove_dead_writers_files
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -87,12 +88,7 @@ def rotate_in(run_dir: Path, write: Callable[[Path], None]) -> Path:
             publish(link)
         os.replace(link, paths[1])
     os.replace(staged, latest)
-    with contextlib.suppress(OSError):  # the renames themselves durable
-        dir_fd = os.open(latest.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    fsync_folder(latest.parent)  # the renames themselves durable
     return latest
 
 

@@ -27,7 +27,7 @@ from experiments.run.plan import LaunchPlan
 from experiments.run.progress import ProgressLine
 from experiments.run.report import earlier_wall_time, next_commands, resume_command, start_lines, summary_line
 from experiments.run.stopping import BEFORE_TRAINING, WITHIN_UPDATE, GracefulStop
-from experiments.run.updates_csv import UpdatesCsv
+from experiments.run.updates_csv import UpdatesCsv, read_updates
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
 from ppo.checkpoint import Checkpoint, CheckpointError, save_checkpoint, write_json
 from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device
@@ -154,7 +154,7 @@ class TrainingRun:
 
     def _train(self, trainer: Trainer, leg: Leg, games: GamesCsv, updates: UpdatesCsv, device: Any) -> None:
         config = self.config
-        history = (self.run_dir / "updates.csv", trainer.update) if self.plan.resume is not None else None
+        history = ((lambda: read_updates(self.run_dir / "updates.csv")), trainer.update) if self.plan.resume is not None else None
         with ProgressLine(trainer.update, trainer.env_steps, config.last_update, self.started, self.console) as progress:
             self.labml.start(trainer.env_steps, history)
             rewind_point: Checkpoint | None = None  # the state before the update in progress

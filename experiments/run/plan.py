@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from configs.cli import game_check
 from configs.fields import ConfigError
-from configs.grouping import grouped_for_cores, usable_cores
+from configs.grouping import grouped_for_cores
 from configs.launch import GROUPING, launch_config
+from configs.machine import usable_cores
 from configs.ppo import PPOConfig, accepted_live_values
 from configs.urls import strip_userinfo
 from experiments.run.appended_csv import torn_last_line

@@ -19,7 +19,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from configs.grouping import usable_cores
+from configs.machine import usable_cores
 from configs.ppo import PPOConfig
 from configs.urls import DEFAULT_DASHBOARD, run_page
 from experiments.run.console import shown

@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from game.vector import stale_ray_folders
+from game.vector.stale_ray_folders import PREFIX, remove_stale_folders, write_owner
 
 __all__ = ["INSTALL_HINT", "MIN_RAY", "import_ray", "join_ray_cluster", "ray_connected", "ray_installed",
            "ray_refusal", "ray_version_problem", "start_private_ray", "stop_ray",
@@ -141,10 +141,10 @@ def _private_folder() -> Path:
     process reads its token once and keeps it, so a second private Ray in the same process (the
     tests' instances) must have the same token."""
     if "folder" not in _private:
-        stale_ray_folders.remove_stale_folders(Path(tempfile.gettempdir()))
-        made = Path(tempfile.mkdtemp(prefix=stale_ray_folders.PREFIX))  # mode 0700
+        remove_stale_folders(Path(tempfile.gettempdir()))
+        made = Path(tempfile.mkdtemp(prefix=PREFIX))  # mode 0700
         atexit.register(shutil.rmtree, made, ignore_errors=True)
-        stale_ray_folders.write_owner(made)
+        write_owner(made)
         fd = os.open(made / "auth_token", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))

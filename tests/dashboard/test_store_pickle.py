@@ -64,6 +64,13 @@ def test_what_labml_app_stores_loads_unchanged() -> None:
     for bad in (np.array(["text"]), np.array([None, 1], dtype=object), b"not a pickle", pickle.dumps(record)[:-5]):
         with pytest.raises(safe_pickle.UnsafeRecord):
             safe_pickle.loads(bad if isinstance(bad, bytes) else pickle.dumps(bad))
+    # Keys that hold more than a name, or a name that is not text, or none.
+    for contents in ({"_key": "Run:abc", "more": 1}, {"_key": b"Run:abc"}, {"_key": 7}, {"_key": ["Run:abc"]}, {}):
+        key = Key("Run:abc")
+        vars(key).clear()
+        vars(key).update(contents)
+        with pytest.raises(safe_pickle.UnsafeRecord, match="a key with other contents than its name"):
+            safe_pickle.loads(pickle.dumps({"key": key}))
 
 
 def run_file(data_dir: Path, run_uuid: str) -> Path:

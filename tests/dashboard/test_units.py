@@ -14,17 +14,12 @@ from typing import Any
 
 import pytest
 
+from configs.files import atomic_write
 from dashboard import strict_json
 from dashboard.assets import PACKAGES, VendorAssets, _install, ensure_assets
 from dashboard.guard import allowed_host_names, normalize_host_name, same_origin, split_host
-from dashboard.store import (
-    AtomicFileDbDriver,
-    AtomicFileIndexDbDriver,
-    DataFolderInUseError,
-    DataFolderLock,
-    RecordFile,
-    atomic_write,
-)
+from dashboard.labml_app_patches import AtomicFileDbDriver, AtomicFileIndexDbDriver
+from dashboard.store import DataFolderInUseError, DataFolderLock, RecordFile
 from dashboard.usage import RUN_BYTES, SERIES_BYTES, RunUsage, packet_charge
 from dashboard.web import BadRequest, without_framing
 

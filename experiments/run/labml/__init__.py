@@ -15,17 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 from labml import experiment, monit, tracker
 from labml.internal.experiment import experiment_singleton
 from labml.internal.lab import lab_singleton
 from labml.internal.monitor import monitor_singleton
 
-from configs.ppo import PPOConfig
+from configs.ppo import LiveValues, PPOConfig
 from configs.urls import strip_userinfo
 from experiments.run.labml.console import console_through
-from experiments.run.labml.history import send_history
+from experiments.run.labml.history import Row, send_history
 from experiments.run.labml.live import LiveHyperParams
 from experiments.run.labml.sender import finish_sending, harden_sender
 
@@ -50,7 +49,7 @@ class LabmlRun:
         """While inside, labml's own messages come as whole lines through `say`, without its banner."""
         return console_through(self.say)
 
-    def create(self, run_uuid: str | None, live_values: Mapping[str, Any] | None,
+    def create(self, run_uuid: str | None, live_values: Mapping[str, float] | None,
                machine_choices: Mapping[str, str]) -> tuple[str, Path]:
         """Create the run (`run_uuid` None: a new one) with its configs; returns its uuid and folder."""
         config = self.config
@@ -79,12 +78,12 @@ class LabmlRun:
         uuid = experiment.get_uuid()
         return uuid, lab_singleton().experiments / config.name / uuid
 
-    def start(self, env_steps: int, history: tuple[Path, int] | None) -> None:
-        """Start sending: a resumed run's `history` first (its updates.csv up to an update), so a
-        dashboard that joins late shows the whole run."""
+    def start(self, env_steps: int, history: tuple[Callable[[], list[Row]], int] | None) -> None:
+        """Start sending: a resumed run's `history` first (a reader of its updates.csv, and the
+        update to send up to), so a dashboard that joins late shows the whole run."""
         monitor_singleton().silent()  # labml's own progress line: ours is shown instead
         if self.config.dashboard and history is not None:
-            send_history(self.config.dashboard, experiment.get_uuid(), *history)
+            send_history(self.config.dashboard, experiment.get_uuid(), *history, self.say)
         experiment.start()  # its end is reported by `finish`, with the run's real status
         tracker.set_global_step(env_steps)
 
@@ -93,12 +92,12 @@ class LabmlRun:
         loop: Iterable[int] = monit.loop(range(first, last))
         return loop
 
-    def live_values(self) -> dict[str, Any]:
+    def live_values(self) -> LiveValues:
         """The live hyperparameters now (each tracked as `hp.<name>`, which the dashboard shows)."""
         assert self.live is not None, "create() first"
         return self.live.values()
 
-    def live_bases(self) -> dict[str, Any]:
+    def live_bases(self) -> LiveValues:
         """The live hyperparameters now, untracked: what a checkpoint keeps."""
         assert self.live is not None, "create() first"
         return self.live.bases()

@@ -18,13 +18,13 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
+from collections.abc import Callable
 
 import labml
 
 from configs.urls import app_url, split_credentials
-from experiments.run.console import say
-from experiments.run.updates_csv import METRICS, read_updates
+
+Row = dict[str, float | None]  # a row of the run's updates.csv: update, env_step, then each metric tracked
 
 # labml-app keeps at most 1024 points of a series and merges the rest; sending at most this many
 # keeps one packet well under the dashboard's body cap (a few hundred KB for every metric).
@@ -32,12 +32,13 @@ MAX_POINTS = 1000
 TIMEOUT_S = 30.0
 
 
-def history_packet(rows: list[dict[str, float | None]]) -> dict[str, dict[str, dict[str, list[float]]]]:
-    """labml's `track` packet for `rows` (updates.csv's, oldest first): each metric's finite values
-    at their agent steps, averaged in consecutive blocks (as labml's own sender does) when there
-    are more than MAX_POINTS."""
+def history_packet(rows: list[Row]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """labml's `track` packet for `rows` (oldest first): each metric's finite values at their agent
+    steps, averaged in consecutive blocks (as labml's own sender does) when there are more than
+    MAX_POINTS."""
     track = {}
-    for name in METRICS:
+    metrics = [column for column in rows[0] if column not in ("update", "env_step")] if rows else []
+    for name in metrics:
         points: list[tuple[float, float]] = []
         for row in rows:
             step, value = row["env_step"], row[name]
@@ -52,11 +53,12 @@ def history_packet(rows: list[dict[str, float | None]]) -> dict[str, dict[str, d
     return {"track": track}
 
 
-def send_history(dashboard: str, run_uuid: str, updates_csv: Path, keep: int) -> bool:
-    """Post the run's updates up to `keep` to `dashboard` (its URL as --dashboard takes it). A
-    dashboard that cannot take it costs one warning: the run goes on, its new updates are sent."""
+def send_history(dashboard: str, run_uuid: str, updates: Callable[[], list[Row]], keep: int, say: Callable[[str], None]) -> bool:
+    """Post the run's `updates()` up to `keep` to `dashboard` (its URL as --dashboard takes it), each
+    message to `say`. A dashboard that cannot take them, or records that cannot be read (`OSError`,
+    `ValueError`), cost one warning: the run goes on, its new updates are sent."""
     try:
-        rows = [row for row in read_updates(updates_csv) if row["update"] is not None and row["update"] <= keep]
+        rows = [row for row in updates() if row["update"] is not None and row["update"] <= keep]
     except (OSError, ValueError) as e:
         say(f"warning: the run's history was not sent to the dashboard: {e}")
         return False

@@ -21,7 +21,7 @@ from typing import Any
 # labml 0.5 keeps these in an internal module (labml.configs no longer re-exports them).
 from labml.internal.configs.dynamic_hyperparam import DynamicHyperParam
 
-from configs.ppo import PPOConfig, accepted_live_values, live_ranges
+from configs.ppo import LiveValues, PPOConfig, accepted_live_values, live_ranges
 
 
 def _peek(param: DynamicHyperParam) -> tuple[Any, bool]:
@@ -43,7 +43,7 @@ class _CheckedParam(DynamicHyperParam):
         super().__init__(default, "int" if integral else "float", (int(range_[0]), int(range_[1])) if integral else range_)
         self.name, self.say = name, say
 
-    def set_value(self, value: Any) -> None:
+    def set_value(self, value: object) -> None:
         accepted, refused = accepted_live_values({self.name: value}, fallback={})
         before, registered = _peek(self)
         if self.name not in accepted:
@@ -65,12 +65,12 @@ class LiveHyperParams:
             for name, value in (overrides or {}).items():
                 self.params[name].set_value(value)
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> LiveValues:
         """Current values; calling a registered param also tracks it as `hp.<name>` (the dashboard
         shows the value in use from that series)."""
         return {name: param() if _peek(param)[1] else _peek(param)[0] for name, param in self.params.items()}
 
-    def bases(self) -> dict[str, Any]:
+    def bases(self) -> LiveValues:
         """Current values without tracking them: what a checkpoint keeps for a resume."""
         return {name: _peek(param)[0] for name, param in self.params.items()}
 

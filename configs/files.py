@@ -1,5 +1,8 @@
-"""Atomic file writes for what a run keeps: checkpoints, summaries, the rewritten games.csv.
-(The dashboard, an app of its own, keeps its own in dashboard/store.py.)"""
+"""Files replaced whole: the one `atomic_write` of the learner, the run and the dashboard.
+
+It lives in configs/, the floor every package may import, because the dashboard (an app apart)
+may import nothing else of ours; it is plain file handling, with nothing of a config in it.
+"""
 
 from __future__ import annotations
 
@@ -29,9 +32,14 @@ def atomic_write(path: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
+    fsync_folder(path.parent)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make the renames done in `folder` durable; a filesystem that cannot fsync a folder is let be."""
     with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
+        fd = os.open(folder, os.O_RDONLY)
         try:
-            os.fsync(dir_fd)
+            os.fsync(fd)
         finally:
-            os.close(dir_fd)
+            os.close(fd)
