@@ -27,7 +27,7 @@ def error_line(message: str) -> str:
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
     """Print `error_line(message)` on stderr and exit: code 2 for bad input (argparse's), 1 for a
-    failure found once the input was accepted (a dashboard that cannot be reached)."""
+    failure found once the input was accepted (a dashboard that answers with a server error)."""
     print(error_line(message), file=sys.stderr, flush=True)
     raise SystemExit(code)
 
