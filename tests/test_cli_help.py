@@ -53,7 +53,8 @@ REFUSALS = {
     "train": (["--epochs", "0"], "error: --epochs 0: expected a number > 0"),
     "evaluate": (["--games", "0"], "error: --games 0: expected an integer from 1 to 100_000"),
     "dashboard": (["--port", "http"], "error: --port 'http': expected an integer from 1 to 65535"),
-    "tweak": (["abc"], "error: RUN_UUID 'abc': expected the uuid of a run (32 hex digits, as labml prints it)"),
+    "tweak": (["abc"], "error: RUN_UUID 'abc': expected the uuid of a run (32 hex digits, as labml prints it), or the "
+                       "first 8 or more of them where one run under --data-dir runs begins so"),
     "benchmark": (["--duration", "0"], "error: --duration 0: expected a number > 0 and ≤ 3600"),
     "curves": (["--window", "0"], "error: --window 0: expected an integer from 1 to 100_000"),
     "peer": (["--seed", "-1"], "error: --seed -1: expected an integer from 0 to 4_294_967_295"),
