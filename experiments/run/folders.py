@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import itertools
 import os
 import re
@@ -24,7 +25,7 @@ from experiments.run.games_csv import read_games
 from experiments.run.updates_csv import read_update_numbers
 
 if TYPE_CHECKING:
-    from ppo.checkpoint import Checkpoint
+    from ppo.checkpoint import ResumePoint
 
 CHECKPOINT_NAME = "checkpoint.pt"
 RUN_UUID = re.compile(r"[0-9a-f]{32}")  # labml's, and a sweep's trials'
@@ -43,8 +44,8 @@ def checkpoint_path(run_dir: Path) -> Path:
 
 def checkpoint_paths(run_dir: Path) -> list[Path]:
     """Every checkpoint a run keeps, newest first (`checkpoint.pt`, `checkpoint.1.pt`, …)."""
-    latest = checkpoint_path(run_dir)
-    return [latest] + [latest.with_name(f"{latest.stem}.{i}{latest.suffix}") for i in range(1, KEEP_CHECKPOINTS)]
+    folder = run_dir / "checkpoints"
+    return [folder / CHECKPOINT_NAME] + [folder / f"checkpoint.{i}.pt" for i in range(1, KEEP_CHECKPOINTS)]
 
 
 @cache
@@ -143,10 +144,6 @@ class RunFolder:
             return "it holds no run"
         return f"none there has that uuid; it holds {len(runs)} run{'s' if len(runs) > 1 else ''}, such as {', '.join(runs[:3])}"
 
-    @property
-    def checkpoints(self) -> list[Path]:
-        return checkpoint_paths(self.path)
-
     def check(self) -> None:
         """Refuse (`UnsafeRunFolder`) a folder that is itself a link, or holds a symbolic link, a
         device, a FIFO or a socket anywhere, or a second hard link of a file labml writes in place.
@@ -167,33 +164,37 @@ class RunFolder:
             pass
         return pid
 
-    def check_free(self) -> None:
-        """`check`, then refuse a run another live process owns: `ConfigError` on --resume, in one line."""
+    def resume_point(self) -> ResumePoint:
+        """What a resume goes on from, each part of the folder read once, in the order that keeps
+        reading safe: the folder itself (`check`: before a byte of it is read), its owner, its
+        records, then its last good checkpoint, checked whole (`ppo.checkpoint.read_resume_point`);
+        `ConfigError` or `CheckpointError` in one line otherwise.
+
+        The resume keeps the records' rows up to the checkpoint, so a games.csv or updates.csv that
+        cannot be read is refused here. A last line without its line end is an append the run's end
+        cut short (experiments/run/appended_csv.py): the resume drops it, as it drops every row after
+        the checkpoint, when the whole rows before it reach the checkpoint (then the cut row came
+        after it); when they do not, rows the checkpoint counts are missing, and it refuses rather
+        than leave a gap."""
+        from ppo.checkpoint import read_resume_point
+
         try:
             self.check()
         except UnsafeRunFolder as e:
             raise ConfigError("resume", self.uuid, f"a run folder of plain files and folders ({e}; nothing was read or written)") from None
         if (pid := self.owner()) is not None and pid != os.getpid():
             raise ConfigError("resume", self.uuid, f"a run that is not running (process {pid} is still running it)")
-
-    def check_records(self, checkpoint: Checkpoint) -> list[str]:
-        """Refuse, before anything starts or is rewritten, a run whose games.csv or updates.csv cannot
-        be read (the resume keeps their rows up to the checkpoint, so it reads them first).
-
-        A last line without its line end is an append the run's end cut short (experiments/run/appended_csv.py).
-        The resume drops it, as it drops every row after the checkpoint, when the whole rows before it
-        reach the checkpoint: then the cut row came after it. When they do not, rows the checkpoint
-        counts are missing, and the resume refuses rather than leave a gap."""
         games_path, updates_path = self.path / "games.csv", self.path / "updates.csv"
         try:
-            games = read_games(games_path) if games_path.exists() else []
+            games = len(read_games(games_path)) if games_path.exists() else 0
             updates = read_update_numbers(updates_path) if updates_path.exists() else []
             torn = {path: line for path in (games_path, updates_path)
                     if path.exists() and (line := torn_last_line(path.read_bytes())) is not None}
         except (ValueError, OSError, csv.Error) as e:
             raise ConfigError("resume", self.uuid, f"a run whose records can be read ({e})") from None
-        counted_games, counted_update = checkpoint.games, checkpoint.update
-        reach = {games_path: (len(games) >= counted_games, len(games), f"the {counted_games!r} games its checkpoint counts"),
+        point = read_resume_point(checkpoint_paths(self.path))
+        counted_games, counted_update = point.checkpoint.games, point.checkpoint.update
+        reach = {games_path: (games >= counted_games, games, f"the {counted_games!r} games its checkpoint counts"),
                  updates_path: (bool(updates) and updates[-1] >= counted_update, len(updates), f"update {counted_update!r}, its checkpoint's")}
         notes = []
         for path, line in torn.items():
@@ -204,7 +205,7 @@ class RunFolder:
                                                        f"before it do not reach {what})")
             notes.append(f"note: {path}:{line} was cut short in the middle of an append when the run ended; "
                          "it comes after the checkpoint, and the resume drops it")
-        return notes
+        return dataclasses.replace(point, notes=point.notes + tuple(notes))
 
     def release(self) -> None:
         """Remove what the run's dead process left: a stale `run.pid` (so labml can record the resumed

@@ -27,7 +27,7 @@ from configs.grouping import grouped_for_cores, usable_cores
 from configs.launch import launch_config
 from configs.ppo import PPOConfig
 from configs.urls import strip_userinfo
-from experiments.run.folders import RunFolder
+from experiments.run.folders import RunFolder, checkpoint_paths
 from game.atari import canonical_game, is_known_game, relaunch_refusal
 from game.vector.private_ray import ray_version_problem
 
@@ -63,12 +63,12 @@ def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uui
     if resume is not None:  # answered before the learner loads
         if (folder := RunFolder.named(data_dir, resume, "resume")) is None:
             raise ConfigError("resume", resume, f"the uuid of a run under {data_dir}/ ({RunFolder.none_named(data_dir)})")
-        if not any(path.exists() for path in folder.checkpoints):
+        if not any(path.exists() for path in checkpoint_paths(folder.path)):
             raise ConfigError("resume", resume, f"a run with a checkpoint to resume from ({folder.path} has none: it "
                                                 "stopped before its first checkpoint, so there is nothing to go on from)")
         return plan_resume(folder, overrides)
     folder = RunFolder.named(data_dir, run_uuid, "run_uuid") if run_uuid is not None else None
-    if folder is not None and any(path.exists() for path in folder.checkpoints):
+    if folder is not None and any(path.exists() for path in checkpoint_paths(folder.path)):
         return plan_resume(folder, overrides)
     cores = usable_cores() if run_uuid is None else None  # a trial's games are grouped by its sweep or population
     config, choices = launch_config(overrides, cores, game_exists=game_check(canonical_game))
@@ -84,17 +84,15 @@ def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uui
 
 def plan_resume(folder: RunFolder, overrides: Mapping[str, Any]) -> LaunchPlan:
     """The plan that goes on with the run in `folder`: its own config and last good checkpoint,
-    with the changes its command line may make (configs/launch.py); `ConfigError` or
-    `LaunchRefused` in one line otherwise. The folder is checked before a byte of it is read."""
-    from ppo.checkpoint import CheckpointError, read_resume_point
+    read once with its records (`RunFolder.resume_point`), with the changes its command line may
+    make (configs/launch.py); `ConfigError` or `LaunchRefused` in one line otherwise."""
+    from ppo.checkpoint import CheckpointError
 
-    folder.check_free()
     try:
-        point = read_resume_point(folder.checkpoints)
+        point = folder.resume_point()
     except CheckpointError as e:
         raise LaunchRefused(str(e)) from None
-    checkpoint, saved = point.checkpoint, point.config
-    notes = [*point.notes, *folder.check_records(checkpoint)]  # the resume keeps their rows up to the checkpoint
+    checkpoint, saved, notes = point.checkpoint, point.config, list(point.notes)
     config, _ = launch_config(overrides, None, saved=saved, game_exists=is_known_game)
     # A stop below the steps already taken cannot be kept (the run would claim to have ended before
     # where it is); one at them ends the resume at once, as a member of a population reaching its target.
