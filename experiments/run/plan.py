@@ -27,6 +27,7 @@ from configs.grouping import grouped_for_cores, usable_cores
 from configs.launch import launch_config
 from configs.ppo import PPOConfig
 from configs.urls import strip_userinfo
+from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import RunFolder, checkpoint_paths
 from game.atari import canonical_game, is_known_game, relaunch_refusal
 from game.vector.private_ray import ray_version_problem
@@ -74,8 +75,8 @@ def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uui
     config, choices = launch_config(overrides, cores, game_exists=game_check(canonical_game))
     if folder is not None:
         try:
-            folder.check()
-        except Exception as e:
+            folder.check()  # the lost start's, cleared as the run starts: nothing is removed through a link
+        except UnsafeRunFolder as e:
             raise LaunchRefused(str(e)) from None
     check_can_start(config)
     return LaunchPlan(config, run_uuid=run_uuid, folder=folder, lost_start=folder is not None,
