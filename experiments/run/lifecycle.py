@@ -86,8 +86,10 @@ class TrainingRun:
         with self.labml.console(), self.stop:  # labml's own messages as whole lines on stderr
             for note in self.plan.notes:
                 self.say(note)
-            if (folder := self.plan.folder) is not None:  # the plan's checks are done: the last writer's files go
-                folder.remove_lost_start() if self.plan.lost_start else folder.release()
+            if (folder := self.plan.folder) is not None and self.plan.lost_start:  # a start lost before its first checkpoint
+                folder.remove_lost_start()
+            elif folder is not None:  # the resume's checks are done: the last writer's files go
+                folder.release()
             return self._run()
 
     def _run(self) -> RunResult:
