@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from configs.cli import game_check
 from configs.fields import ConfigError
-from configs.grouping import grouped_for_cores, usable_cores
+from configs.grouping import usable_cores
 from configs.launch import launch_config
 from configs.ppo import PPOConfig
 from configs.urls import strip_userinfo
@@ -104,46 +104,24 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any]) -> LaunchPlan:
     # What the first leg's machine chose stays its choice while the resume keeps the grouping (the
     # dashboard's card says so, also to one that first hears of the run now); a regrouping is the user's.
     kept = (config.n_workers, config.envs_per_worker) == (saved.n_workers, saved.envs_per_worker)
-    notes += regrouping_notes(saved, config)
+    notes += check_can_start(config, folder.path, saved)
     if saved.dashboard is not None and config.dashboard is None:
         notes.append(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
                      "add --dashboard URL to send the resumed run to one")
-    check_can_start(config, folder.path)
     return LaunchPlan(config, point, folder.uuid, folder, machine_choices=MappingProxyType(checkpoint.machine_choices if kept else {}),
                       notes=tuple(notes))
 
 
-def regrouping_notes(saved: PPOConfig, config: PPOConfig) -> list[str]:
-    """A resume keeps its run's grouping unless told (it may be a choice: two processes a run, so
-    that eight runs share a machine), and says what a regrouping changes, or suggests one where
-    this machine's cores would group the games otherwise (`grouped_for_cores`, as for a new run)."""
-    from ppo.rollout import acting_groups
-
-    def same_batches(a: PPOConfig, b: PPOConfig) -> bool:
-        return [envs for _, envs in acting_groups(a)] == [envs for _, envs in acting_groups(b)]
-    effect = {True: "the network acts for them in the same batches, so nothing learned changes",
-              False: "the network acts for them in other batches, so from here the run is not bit for bit the one "
-                     "it would have been (a batch's size changes the last bits of its logits)"}
-    suggestion = {True: "nothing learned would change", False: "the network would act for them in other batches, "
-                                                               "so the run would not go on bit for bit"}
-    if (config.n_workers, config.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
-        return [f"note: the run's {saved.n_envs} games ran as {saved.n_workers} × {saved.envs_per_worker} and go on as "
-                f"{config.n_workers} × {config.envs_per_worker}; {effect[same_batches(saved, config)]}"]
-    cores = usable_cores()
-    suited = grouped_for_cores(saved, cores)
-    if config.backend == "local" and (suited.n_workers, suited.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
-        return [f"note: the run's {saved.n_envs} games go on as {saved.n_workers} × {saved.envs_per_worker}, as they ran; for "
-                f"this machine's {cores} usable cores, --n-workers {suited.n_workers} would group them {suited.n_workers} × "
-                f"{suited.envs_per_worker} ({suggestion[same_batches(saved, suited)]})"]
-    return []
-
-
-def check_can_start(config: PPOConfig, run_dir: Path | None = None) -> None:
+def check_can_start(config: PPOConfig, run_dir: Path | None = None, saved: PPOConfig | None = None) -> list[str]:
     """What the config cannot say about this machine, checked before any process starts or any
     file is written: the device exists and has the precision asked for, a Ray backend's Ray is
-    recent enough, and the run's folder can be created and written. `ConfigError` (one line naming the option) otherwise."""
+    recent enough, and the run's folder can be created and written. `ConfigError` (one line naming
+    the option) otherwise. For a resume of a run whose config was `saved`, what this machine says
+    of its grouping (`ppo.rollout.regrouping_notes`), as notes."""
     from ppo.devices import resolve_device, resolve_precision  # torch, once the options are accepted
+    from ppo.rollout import regrouping_notes
 
+    notes = regrouping_notes(saved, config) if saved is not None else []
     resolve_precision(config.precision, resolve_device(config.device))  # a missing GPU; bf16 where the hardware has none
     if config.backend == "ray" and (problem := ray_version_problem()) is not None:
         raise ConfigError("backend", config.backend, problem)  # one that cannot keep a private Ray private
@@ -161,3 +139,4 @@ def check_can_start(config: PPOConfig, run_dir: Path | None = None) -> None:
             os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=existing))
         except OSError as e:
             raise ConfigError("data_dir", data_dir, f"a folder this user can write to ({existing}: {e.strerror})") from None
+    return notes
