@@ -45,7 +45,7 @@ from configs.fields import (
 from configs.machine import local_workers_problem, rollout_problem, url_problem
 
 
-@dataclass
+@dataclass(frozen=True)
 class PPOConfig:
     # ---- the game ----
     game: str = hp("Breakout", "ALE game name (Pong, Seaquest, …; any case) or gymnasium id; always no frame-skip, no sticky actions",

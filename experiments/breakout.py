@@ -22,11 +22,12 @@ PROG = "python -m experiments.breakout"
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     def extra(parser: OneLineParser) -> None:
-        parser.add_argument("--resume", metavar="RUN_UUID", help="continue this run from its last checkpoint")
+        parser.add_argument("--resume", metavar="RUN_UUID", help="continue this run from its last checkpoint (its uuid, or the "
+                                                                 "8-character id the dashboard shows)")
 
     args, overrides = parse_overrides(argv, prog, "Train a PPO agent on Atari Breakout as a labml experiment.", extra, canonical_game)
     try:
-        plan = plan_launch(overrides, args.resume)
+        plan = plan_launch(overrides, resume=args.resume)
     except (ConfigError, LaunchRefused) as e:
         fail(str(e))
     from experiments.run.lifecycle import TrainingRun  # the learner: torch and labml

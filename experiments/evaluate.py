@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from configs.cli import OneLineParser, bad_value, fail
 from configs.fields import DEFAULT_GREEDY_EPSILON, MAX_SEED, MAX_UPDATES, device_name
@@ -27,6 +27,9 @@ from experiments.run.console import say, shown
 
 if TYPE_CHECKING:
     import torch
+
+    from game.atari import EpisodeStats
+    from ppo.checkpoint import ResumePoint
 
 # The learner (torch) and the run folders' readers are imported by the functions that use them,
 # once the command line is accepted: --help and a refused option answer without loading torch.
@@ -109,10 +112,9 @@ def _check_writable(text: str, path: Path) -> None:
         bad_value("--video", text, f"a path in a writable folder ({parent}: {e.strerror or e})")
 
 
-def run_folder_of(checkpoint_file: Path, checkpoint: dict[str, Any]) -> Path | None:
+def run_folder_of(checkpoint_file: Path, uuid: str | None) -> Path | None:
     """The folder of the run a checkpoint belongs to, `data_dir/<name>/<uuid>/`: the nearest folder
     above it named by its run's uuid (as given first, so a relative path stays one), or None."""
-    uuid = _run_uuid_of(checkpoint_file, checkpoint)
     if uuid is None:
         return None
     for path in (checkpoint_file, checkpoint_file.resolve()):
@@ -122,12 +124,12 @@ def run_folder_of(checkpoint_file: Path, checkpoint: dict[str, Any]) -> Path | N
     return None
 
 
-def film_in_run_folder(text: str, video: Path, checkpoint_file: Path, checkpoint: dict[str, Any]) -> Path:
+def film_in_run_folder(text: str, video: Path, checkpoint_file: Path, uuid: str | None) -> Path:
     """Where `--video TEXT` is written: a bare name into the run's folder, checked there; a path
     with a folder as it is (checked already)."""
     if "/" in text:
         return video
-    folder = run_folder_of(checkpoint_file, checkpoint)
+    folder = run_folder_of(checkpoint_file, uuid)
     if folder is None:
         bad_value("--video", text, f"a path with a folder, such as ./{text}: a bare name goes into the run's "
                                    f"folder, and {checkpoint_file} lies in no run folder")
@@ -135,46 +137,43 @@ def film_in_run_folder(text: str, video: Path, checkpoint_file: Path, checkpoint
     return folder / video
 
 
-def _run_uuid_of(path: Path, checkpoint: dict[str, Any]) -> str | None:
-    """The uuid of the run a checkpoint belongs to: its own record, else data_dir/name/<uuid>/checkpoints/."""
-    recorded = checkpoint.get("run_uuid")
-    if isinstance(recorded, str) and recorded:
-        return recorded
-    folder = path.resolve().parent.parent.name
-    return folder if _UUID.match(folder) else None
-
-
-def resolve_checkpoint(run: str | None, checkpoint: str | None,
-                       data_dir: str) -> tuple[Path, dict[str, Any], str | None]:
-    """(checkpoint path, checkpoint, run uuid) from --run and/or --checkpoint; exits on bad input."""
-    from experiments.run.folders import checkpoint_path, find_run
-    from ppo.checkpoint import CheckpointError, load_checkpoint
+def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) -> tuple[Path, str, str, str | None]:
+    """(checkpoint path, the option and value that named it, run uuid) from --run (a run's uuid or
+    its first 8 or more digits) and/or --checkpoint; exits on bad input, before torch is loaded."""
+    from experiments.run.folders import RunFolder, checkpoint_path
 
     if run is None and checkpoint is None:
         fail("--run: expected the uuid of a trained run (or give --checkpoint PATH)")
-    run_dir = None
+    folder = None
     if run is not None:
-        run_dir = find_run(Path(data_dir), run)
-        if run_dir is None:
+        try:
+            folder = RunFolder.named(Path(data_dir), run, "run")
+        except ConfigError as e:
+            fail(str(e))
+        if folder is None:
             bad_value("--run", run,
                       f"the uuid (32 hex digits) of a run under {data_dir}/ (none found there; see --data-dir)")
     if checkpoint is not None:
         path = Path(checkpoint)
-        if run_dir is not None and not path.resolve().is_relative_to(run_dir.resolve()):
-            bad_value("--checkpoint", checkpoint, f"a checkpoint of run {run}, i.e. a file under {run_dir}/ (or drop --run)")
-        option, value = "--checkpoint", checkpoint
-    else:
-        assert run_dir is not None and run is not None
-        path = checkpoint_path(run_dir)
-        option, value = "--run", run
+        if folder is not None and not path.resolve().is_relative_to(folder.path.resolve()):
+            bad_value("--checkpoint", checkpoint, f"a checkpoint of run {run}, i.e. a file under {folder.path}/ (or drop --run)")
+        found = path.resolve().parent.parent.name  # data_dir/name/<uuid>/checkpoints/
+        return path, "--checkpoint", checkpoint, folder.uuid if folder is not None else found if _UUID.match(found) else None
+    assert folder is not None and run is not None
+    path = checkpoint_path(folder.path)
+    if not path.exists():
+        bad_value("--run", run, f"a readable checkpoint written by python -m experiments.breakout (no checkpoint at {path})")
+    return path, "--run", run, folder.uuid
+
+
+def read_checked(path: Path, option: str, value: str) -> ResumePoint:
+    """The checkpoint at `path`, checked whole as a resume checks it (ppo.checkpoint.read_resume_point)."""
+    from ppo.checkpoint import CheckpointError, read_resume_point
+
     try:
-        state = load_checkpoint(path)
+        return read_resume_point([path])
     except CheckpointError as e:
         bad_value(option, value, f"a readable checkpoint written by python -m experiments.breakout ({e})")
-    uuid = _run_uuid_of(path, state)
-    if run is not None and uuid is not None and uuid != run:
-        bad_value("--checkpoint", checkpoint, f"a checkpoint of run {run} (this one is from run {uuid}), or drop --run")
-    return path, state, run if run is not None else uuid
 
 
 PROG = "python -m experiments.evaluate"
@@ -224,26 +223,21 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     epsilon = _epsilon(args.epsilon, args.greedy)
     check_device_name(args.device)
     video = _video_path(args.video)
-    from game.atari import EpisodeStats, is_known_game
+    path, option, value, run_uuid = locate_checkpoint(args.run, args.checkpoint, args.data_dir)
+    # The learner (torch) once the command line and the run are accepted.
     from ppo.evaluation import evaluation_spec, model_from_checkpoint, play_games, summarize
 
     device = parse_device(args.device)
-    path, state, run_uuid = resolve_checkpoint(args.run, args.checkpoint, args.data_dir)
-    option, value = ("--checkpoint", args.checkpoint) if args.checkpoint is not None else ("--run", args.run)
-    try:
-        spec = evaluation_spec(state["config"], seed)
-        model = model_from_checkpoint(state, device)
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        bad_value(option, value,
-                  f"a checkpoint written by python -m experiments.breakout (its config or weights do not fit: {e})")
-    if not is_known_game(spec.game):
-        bad_value(option, value, f"a checkpoint of an ALE game (its config names {spec.game!r})")
+    point = read_checked(path, option, value)
+    state = point.checkpoint
+    spec = evaluation_spec(state.config, seed)
+    model = model_from_checkpoint(state.stored(), device)
     if video is not None:
-        video = film_in_run_folder(args.video, video, path, state)
+        video = film_in_run_folder(args.video, video, path, run_uuid)
 
     assert games is not None and seed is not None
     mode = "greedy" if args.greedy else "sampled"
-    say(f"evaluating {path} (update {state.get('update')}, {state.get('env_steps')} env steps): "
+    say(f"evaluating {path} (update {state.update}, {state.env_steps} env steps): "
           f"{games} game(s) of {spec.game}, {mode} actions, ε={epsilon:g}, seed {seed}, on {device}")
 
     def report(index: int, e: EpisodeStats) -> None:
@@ -273,8 +267,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         "seed": seed,
         "game": spec.game,
         "run_uuid": run_uuid,
-        "update": state.get("update"),
-        "env_steps": state.get("env_steps"),
+        "update": state.update,
+        "env_steps": state.env_steps,
     }
     print(json.dumps(result), flush=True)  # stdout's one line: `$(python -m experiments.evaluate …)` is the JSON
     return 0

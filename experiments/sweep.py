@@ -23,7 +23,6 @@ import csv
 import logging
 import math
 import os
-import shutil
 import signal
 import sys
 import time
@@ -52,37 +51,14 @@ SCORE = "score_mean_100"
 
 def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     """A full labml run with `overrides`, as the `uuid` run; resumes it if a checkpoint exists
-    (Ray re-ran this trial after its node or process was lost). Returns the run's summary."""
-    from experiments.run.folders import checkpoint_path, find_run
+    (Ray re-ran this trial after its node or process was lost), and starts it afresh in its own
+    folder otherwise (experiments/run/plan.py). Returns the run's summary."""
     from experiments.run.lifecycle import TrainingRun
-    from experiments.run.plan import LaunchPlan, check_can_start, plan_resume
+    from experiments.run.plan import plan_launch
 
-    config = config_from_overrides(overrides, game_exists=is_known_game)  # the trial's games as the sweep grouped them
-    run_dir = find_run(Path(config.data_dir), run_uuid)
-    if run_dir is not None and checkpoint_path(run_dir).exists():
-        plan = plan_resume(run_dir, run_uuid, overrides)  # the folder just found, not looked up again
-    else:
-        if run_dir is not None:
-            remove_lost_start(run_dir)
-        check_can_start(config)
-        plan = LaunchPlan(config, run_uuid=run_uuid)
+    plan = plan_launch(overrides, run_uuid=run_uuid)
     result = TrainingRun(plan).run()
     return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": plan.resume is not None}
-
-
-def remove_lost_start(run_dir: Path) -> None:
-    """Clear the folder of a trial lost before its first checkpoint, so that the trial starts again
-    under its uuid: labml refuses to start a run whose folder holds a `run.pid`, and nothing there
-    can be resumed (its records are of updates no checkpoint kept; the new start makes them again).
-    Refused (`UnsafeRunFolder`, one line) while a process still runs it, or when the folder is not
-    a plain one of ours (a link, a FIFO...): nothing is removed then."""
-    from experiments.run.folder_checks import UnsafeRunFolder, check_run_folder
-    from experiments.run.folders import running_pid
-
-    check_run_folder(run_dir)  # first: nothing is read through a link
-    if (pid := running_pid(run_dir)) is not None:
-        raise UnsafeRunFolder(f"run folder {run_dir}: process {pid} still runs it, so the trial cannot start again there")
-    shutil.rmtree(run_dir)
 
 
 # ---- the driver -----------------------------------------------------------------------------------

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from configs.cli import OneLineParser, docstring_help, fail
+from configs.fields import ConfigError
 from configs.machine import url_problem
 from configs.terminal import escaped
 from configs.urls import DEFAULT_DASHBOARD as DEFAULT_DASHBOARD_URL
 from configs.urls import strip_userinfo
 from dashboard.client import DashboardError, get_hyperparams, set_hyperparams
+from experiments.run.folders import RunFolder
 
 Number = int | float
 
@@ -104,10 +106,26 @@ def failed(e: DashboardError, run_uuid: str, dashboard: str, data_dir: str) -> N
 PROG = "python -m experiments.tweak"
 
 
+def run_named(parser: OneLineParser, name: str, data_dir: str) -> str:
+    """The uuid RUN_UUID names: itself, or the run under `data_dir` it begins when it is the id the
+    dashboard shows (8 or more of the first digits); the parser's one line otherwise."""
+    if re.fullmatch(r"[0-9a-f]{8,31}", name):
+        try:
+            folder = RunFolder.named(Path(data_dir), name, "run")
+        except ConfigError as e:
+            parser.fail(f"RUN_UUID {name}: expected {e.accepted}")
+        name = folder.uuid if folder is not None else name
+    if not re.fullmatch(r"[0-9a-f]{32}", name):
+        parser.fail(f"RUN_UUID {name!r}: expected the uuid of a run (32 hex digits, as labml prints it), "
+                    f"or the first 8 or more of them where one run under --data-dir {data_dir} begins so")
+    return name
+
+
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     description, examples = docstring_help(__doc__)
     parser = OneLineParser(prog=prog, description=description, epilog=examples)
-    parser.add_argument("run_uuid", metavar="RUN_UUID", help="the run, as printed by labml and the dashboard")
+    parser.add_argument("run_uuid", metavar="RUN_UUID", help="the run, as printed by labml and the dashboard (or the first 8 "
+                                                             "or more of its digits, where one run under --data-dir begins so)")
     parser.add_argument("changes", metavar="NAME=VALUE", nargs="*", help="new values; none lists the current ones")
     parser.add_argument("--dashboard", metavar="URL", default=DEFAULT_DASHBOARD_URL,
                         help=f"the dashboard (default: {DEFAULT_DASHBOARD_URL})")
@@ -115,8 +133,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
                         help="where to look for the run when the dashboard does not know it (default: runs)")
     args = parser.parse_args(argv)
 
-    if not re.fullmatch(r"[0-9a-f]{32}", args.run_uuid):
-        parser.fail(f"RUN_UUID {args.run_uuid!r}: expected the uuid of a run (32 hex digits, as labml prints it)")
+    args.run_uuid = run_named(parser, args.run_uuid, args.data_dir)
     if url_problem(args.dashboard) is not None:  # a URL urllib cannot even split ('http://[::1') included
         parser.fail(f"--dashboard {args.dashboard!r}: expected a URL such as {DEFAULT_DASHBOARD_URL}")
     changes: dict[str, Number] = {}

@@ -12,17 +12,32 @@ import json
 import pickle
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
-import numpy as np
 import torch
 from torch import nn
 
+from configs.fields import ConfigError
 from configs.files import atomic_write
-from ppo.model import ActorCritic
+from configs.ppo import PPOConfig
+from game.atari import action_meanings, is_known_game
+from game.states import states_problem
+from ppo.checkpoint_checks import (
+    CheckpointError,
+    check_fits,
+    check_layouts,
+    check_random_states,
+    checked_live_values,
+    checked_machine_choices,
+    checked_machines,
+    sampled_on,
+    saved_n_actions,
+)
+
+__all__ = ["CheckpointError", "check_fits", "saved_n_actions"]  # also asked of a checkpoint apart (ppo/evaluation/load.py)
 
 # The layout of the fields below. 1: the files written before the version was recorded, the same
 # fields save `version`, with `n_actions` and `sample_generator_device` possibly absent (told by the
@@ -30,11 +45,7 @@ from ppo.model import ActorCritic
 CHECKPOINT_VERSION = 2
 
 
-class CheckpointError(RuntimeError):
-    pass
-
-
-@dataclass
+@dataclass(frozen=True)
 class Checkpoint:
     """The learner's state after a completed update (`Trainer.state_dict`), and the run's own
     records of it. Checked for its shape when read (`from_stored`); whether its model fits a game
@@ -83,6 +94,7 @@ class Checkpoint:
         for name in ("update", "env_steps", "games", "worker_restarts", "nonfinite_skipped"):
             if not (_is_int(value := state.get(name, 0)) and value >= 0):
                 raise CheckpointError(f"{source}'s {name} is {value!r}; expected an integer ≥ 0")
+        check_layouts(state, source)  # before any tensor is copied or computed on
         known = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in state.items() if k in known}
         try:
@@ -187,81 +199,52 @@ def _refusal(message: str) -> str:
     return "an object that is not plain data"
 
 
-def saved_n_actions(checkpoint: Mapping[str, Any]) -> int:
-    """The action count of a checkpoint's policy: recorded by `Trainer.state_dict`, else (older
-    checkpoints) read off the policy head."""
-    n_actions = checkpoint.get("n_actions")
-    if n_actions is None:
-        n_actions = checkpoint["model"]["policy.bias"].shape[0]
-    return int(n_actions)
+@dataclass(frozen=True)
+class ResumePoint:
+    """A checkpoint checked whole (`read_resume_point`), what a resume goes on from and what an
+    evaluation plays: frozen, and its tensors are never stepped in place (the trainer copies them in)."""
+
+    checkpoint: Checkpoint  # its live values, machines and machine choices as far as they can be kept
+    config: PPOConfig  # the run's own config, as the checkpoint holds it
+    path: Path  # the file it was read from
+    notes: tuple[str, ...] = ()  # what was skipped or dropped on the way, to tell the user
 
 
-def check_fits(checkpoint: Mapping[str, Any], n_actions: int, frame_stack: int, game: str = "this game",
-               into: nn.Module | None = None) -> None:
-    """Refuse (`CheckpointError`) a checkpoint whose model is not an `ActorCritic(n_actions, frame_stack)`.
-
-    `game` names whose `n_actions` they are, for the message. `into`: a model of that shape to load
-    the weights into when they fit; without it a scratch one is built, only to check.
-    """
-    saved = saved_n_actions(checkpoint)
-    if saved != n_actions:
-        raise CheckpointError(f"the checkpoint's model has {saved} actions; {game} has {n_actions}")
-    stacked = checkpoint["config"].get("frame_stack", frame_stack)
-    if stacked != frame_stack:
-        raise CheckpointError(f"the checkpoint's model stacks {stacked} frames; this config stacks {frame_stack}")
-    if into is None:
-        # Building a model draws its initial weights: from a forked stream, so that checking
-        # moves no random stream of the caller (a run about to resume, say).
-        with torch.random.fork_rng(devices=[]):
-            into = ActorCritic(n_actions, frame_stack)
-    try:
-        into.load_state_dict(checkpoint["model"])
-    except RuntimeError as e:
-        raise CheckpointError(f"the checkpoint's model does not fit this config: {str(e).splitlines()[0]}") from None
-
-
-# The state of a torch.Generator, by the kind of device it draws on: the CPU's Mersenne Twister
-# (5,056 bytes) and CUDA's Philox (a seed and an offset, 16 bytes) share nothing, so neither can
-# take the other's. Only these two kinds: `--device` names cpu or cuda.
-GENERATOR_STATE_BYTES = {"cpu": torch.Generator().get_state().numel(), "cuda": 16}
-
-
-def sampled_on(checkpoint: Mapping[str, Any]) -> str:
-    """The kind of device ("cpu" or "cuda") whose generator drew the checkpoint's actions: recorded
-    as `sample_generator_device`, or (older checkpoints) told by the size of the state."""
-    recorded = checkpoint.get("sample_generator_device")
-    if recorded is not None:
-        return str(recorded)
-    size = checkpoint["sample_generator"].numel()
-    return next(kind for kind, n in GENERATOR_STATE_BYTES.items() if n == size)
-
-
-def check_random_states(checkpoint: Mapping[str, Any]) -> None:
-    """Refuse (`CheckpointError`) a checkpoint whose action-sampling or shuffling state cannot be
-    restored, before anything starts: restoring them is the resume's first step after the workers
-    start, too late to refuse cleanly. Each state is tried on a scratch generator of its kind."""
-    state = checkpoint.get("sample_generator")
-    kinds = " or ".join(f"the {n:,} bytes of a {kind.upper()} generator's state" for kind, n in GENERATOR_STATE_BYTES.items())
-    if not (torch.is_tensor(state) and state.dtype == torch.uint8 and state.dim() == 1
-            and state.numel() in GENERATOR_STATE_BYTES.values()):
-        what = f"a {state.dtype} tensor of shape {tuple(state.shape)}" if torch.is_tensor(state) else f"{type(state).__name__} {state!r:.60}"
-        raise CheckpointError(f"the checkpoint's sample_generator is {what}; expected {kinds} (uint8)")
-    device = sampled_on(checkpoint)
-    if GENERATOR_STATE_BYTES.get(device) != state.numel():
-        raise CheckpointError(f"the checkpoint's sample_generator_device is {device!r} but its sample_generator "
-                              f"holds {state.numel():,} bytes; expected {kinds}")
-    if device == "cpu":
+def read_resume_point(paths: Sequence[Path]) -> ResumePoint:
+    """The one call that checks everything a checkpoint holds: its version and fields, every
+    tensor's layout (before any copy), its config, finite parameters of the model of its game's
+    actions and frames, its random states and its games' states; `CheckpointError` in one line
+    otherwise. `paths`: a run's kept checkpoints, newest first, or a single file. A truncated or
+    poisoned newest checkpoint does not lose the run: the one before it is used, with a warning
+    naming what was skipped; when none loads, the newest one's error is raised."""
+    errors: list[CheckpointError] = []
+    for path in paths:
+        if errors and not path.exists():
+            continue
         try:
-            torch.Generator().set_state(state)
-        except RuntimeError as e:
-            raise CheckpointError(f"the checkpoint's sample_generator is not a CPU generator's state ({str(e).splitlines()[0]})") from None
-    try:
-        shuffle = checkpoint.get("shuffle_rng")
-        if not isinstance(shuffle, dict):
-            raise TypeError(f"a {type(shuffle).__name__}, not a dict")
-        np.random.default_rng().bit_generator.state = shuffle
-    except (TypeError, ValueError, KeyError) as e:
-        raise CheckpointError(f"the checkpoint's shuffle_rng is not the state of numpy's PCG64 generator ({type(e).__name__}: {e})") from None
+            checkpoint = read_checkpoint(path)
+            if not all(bool(torch.isfinite(t).all()) for t in checkpoint.model.values() if t.is_floating_point()):
+                raise CheckpointError(f"checkpoint {path} holds NaN/inf parameters")
+        except CheckpointError as e:
+            errors.append(e)
+            continue
+        notes = [f"warning: {str(errors[0]).splitlines()[0]}; resuming from the one before it, {path.name} "
+                 f"(update {checkpoint.update})"] if errors else []
+        try:
+            config = PPOConfig.from_dict(checkpoint.config)
+        except (ConfigError, TypeError) as e:
+            raise CheckpointError(f"checkpoint {path} holds a config of another version ({e})") from None
+        if not is_known_game(config.game):
+            raise CheckpointError(f"checkpoint {path}'s config names {config.game!r}, not an ALE game")
+        checkpoint.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
+        checkpoint.check_random_states()
+        if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, config.n_envs)):
+            raise CheckpointError(f"the checkpoint's {problem}; nothing was started")
+        checked = dataclasses.replace(checkpoint, live_values=checked_live_values(checkpoint.live_values, notes),
+                                      machines=checked_machines(checkpoint.machines, notes),
+                                      machine_choices=checked_machine_choices(checkpoint.machine_choices, notes))
+        return ResumePoint(checked, config, path, tuple(notes))
+    raise errors[0]
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

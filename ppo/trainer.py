@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -293,9 +294,12 @@ class Trainer:
         )
 
     def load_state_dict(self, state: Checkpoint) -> None:
-        """Restore a checkpoint; `CheckpointError` if it belongs to another game or model."""
+        """Restore a checkpoint; `CheckpointError` if it belongs to another game or model. The trainer
+        takes the checkpoint's tensors over as copies: the parameters are copied into the model, and
+        Adam's moments (which `load_state_dict` would keep as they are, then step in place) are
+        cloned, so the checkpoint a plan holds stays what was read."""
         state.check_fits(self.pool.n_actions, self.config.frame_stack, self.config.game, into=self.model)
-        self.optimizer.load_state_dict(state.optimizer)
+        self.optimizer.load_state_dict(copy.deepcopy(state.optimizer))
         self.update = state.update
         self.env_steps = state.env_steps
         self.records.restore(state.games, state.scores, state.lengths)
@@ -324,9 +328,8 @@ class Trainer:
     def rewind(self, boundary: Checkpoint) -> Checkpoint:
         """After an abandoned update (its model and Adam already rolled back by `optimize`): the
         counters and game records back to `boundary`, so the summary and games.csv match it; returns
-        `boundary` holding the rolled-back model and Adam tensors (the ones it held were stepped)."""
+        `boundary` with the rolled-back model and Adam tensors in place of its own (those were stepped)."""
         self.update, self.env_steps = boundary.update, boundary.env_steps
         self.records.restore(boundary.games, boundary.scores, boundary.lengths, after_update=boundary.update)
-        boundary.model, boundary.optimizer = self.model.state_dict(), self.optimizer.state_dict()
-        return boundary
+        return dataclasses.replace(boundary, model=self.model.state_dict(), optimizer=self.optimizer.state_dict())
 

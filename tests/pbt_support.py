@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from experiments.run.folders import find_run
+from experiments.run.folders import RunFolder
 from tests.conftest import Cli
 
 TINY = ["--worker-steps", "16", "--n-workers", "1", "--envs-per-worker", "2", "--backend", "serial",
@@ -24,6 +24,12 @@ TINY = ["--worker-steps", "16", "--n-workers", "1", "--envs-per-worker", "2", "-
 # A population of 2, an exploit after update 3 of 6: the one test_pbt_resume.py stops and resumes.
 POPULATION = ["--population", "2", "--interval", "3", *TINY]
 
+
+
+def run_dir_of(data: Path, run_uuid: str) -> Path | None:
+    """The folder of run `run_uuid` under `data`, or None (yet)."""
+    folder = RunFolder.named(data, run_uuid, "run")
+    return folder.path if folder is not None else None
 
 def rows_of(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as f:
@@ -82,4 +88,4 @@ def read_finished_population(folder: Path) -> dict[str, Any]:
     data = folder / "runs"
     population = Path(made["stdout"].strip().splitlines()[-1]).parent
     members = json.loads((population / "population.json").read_text())["members"]
-    return {**made, "data": data, "folder": population, "run_dirs": [find_run(data, m["run_uuid"]) for m in members]}
+    return {**made, "data": data, "folder": population, "run_dirs": [run_dir_of(data, m["run_uuid"]) for m in members]}

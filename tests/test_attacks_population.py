@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from experiments.pbt import main
-from experiments.run.folders import find_run
 from tests.conftest import REPO, Cli
+from tests.pbt_support import run_dir_of
 
 SECRET = "the user's own file, not for the population to write\n"
 
@@ -149,7 +149,7 @@ def test_a_link_in_a_members_run_folder_is_refused_before_any_member_starts(
         finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = copy_of(finished, tmp_path)
     state = json.loads((folder / "population.json").read_text())
-    run_dir = find_run(tmp_path / "runs", state["members"][1]["run_uuid"])
+    run_dir = run_dir_of(tmp_path / "runs", state["members"][1]["run_uuid"])
     assert run_dir is not None
     target = tmp_path / "victim"
     target.write_text(SECRET)

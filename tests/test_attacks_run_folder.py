@@ -294,3 +294,28 @@ def test_a_checkpoint_that_is_another_file_is_refused_without_quoting_it(
                 else refused_in_process(capsys, argv, evaluate_main))
         assert f"checkpoint {path} is corrupt or truncated (" in line, line
         assert "'r'" not in line and "root" not in line.replace(str(tmp_path), ""), line
+
+
+def test_a_stride_0_tensor_of_a_trillion_elements_is_refused_by_resume_and_evaluate_before_any_copy(cli, tmp_path: Path) -> None:
+    """A tensor of 10⁶×10⁶ elements that all share one 4-byte place in its storage: a few bytes on
+    disk, 4 TB once anything computes on it. `--resume` tried to allocate it (a 25-line traceback);
+    both commands now refuse the file in one line with the same reason (ppo/checkpoint.py
+    `read_resume_point`), before a byte of it is copied."""
+    import torch
+
+    data_dir = tmp_path / "runs"
+    summary = first_leg(cli, data_dir)
+    huge = torch.zeros(1).expand(10**6, 10**6)
+    assert huge.untyped_storage().nbytes() == 4 and huge.stride() == (0, 0)
+    for path in checkpoint_paths(Path(summary["run_dir"])):
+        if path.exists():
+            state = load_checkpoint(path)
+            torch.save({**state, "model": {**state["model"], "policy.weight": huge}}, path)
+    newest = checkpoint_path(Path(summary["run_dir"]))
+    reason = (f"checkpoint {newest}'s model['policy.weight'] is a tensor of shape (1000000, 1000000) with strides (0, 0) "
+              "over 4 bytes: expected one whose every element has a place of its own (nothing in it was used)")
+    run_uuid = summary["run_uuid"]
+    assert _one_line_refusal(cli, _resume(cli, data_dir, run_uuid)) == f"error: {reason}"
+    evaluated = cli.run("experiments.evaluate", "--run", run_uuid[:8], "--data-dir", str(data_dir), "--games", "1")
+    assert _one_line_refusal(cli, evaluated) == (f"error: --run {run_uuid[:8]}: expected a readable checkpoint written by "
+                                                 f"python -m experiments.breakout ({reason})")

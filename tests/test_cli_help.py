@@ -53,7 +53,8 @@ REFUSALS = {
     "train": (["--epochs", "0"], "error: --epochs 0: expected a number > 0"),
     "evaluate": (["--games", "0"], "error: --games 0: expected an integer from 1 to 100_000"),
     "dashboard": (["--port", "http"], "error: --port 'http': expected an integer from 1 to 65535"),
-    "tweak": (["abc"], "error: RUN_UUID 'abc': expected the uuid of a run (32 hex digits, as labml prints it)"),
+    "tweak": (["abc"], "error: RUN_UUID 'abc': expected the uuid of a run (32 hex digits, as labml prints it), or the "
+                       "first 8 or more of them where one run under --data-dir runs begins so"),
     "benchmark": (["--duration", "0"], "error: --duration 0: expected a number > 0 and ≤ 3600"),
     "curves": (["--window", "0"], "error: --window 0: expected an integer from 1 to 100_000"),
     "peer": (["--seed", "-1"], "error: --seed -1: expected an integer from 0 to 4_294_967_295"),
@@ -290,3 +291,27 @@ def test_the_console_script(cli) -> None:
     assert train_help.returncode == 0 and train_help.stdout.startswith("usage: breakout-ppo train [-h]")
     tweak = run("tweak", "--help")
     assert tweak.returncode == 0 and tweak.stdout.startswith("usage: breakout-ppo tweak [-h]")
+
+
+def test_a_run_named_by_its_first_digits_or_without_a_checkpoint_is_answered_before_torch(tmp_path: Path) -> None:
+    """The 8-character id the dashboard shows names a run wherever a run is named when one run
+    begins so, and several that begin so are listed in one line; a run with no checkpoint is refused
+    by `--resume` and `evaluate` before torch is loaded (seconds sooner)."""
+    data = tmp_path / "runs"
+    lost, twin_a, twin_b = "0123abcd" + "e" * 24, "4567abcd" + "a" * 24, "4567abcd" + "b" * 24
+    for uuid in (lost, twin_a, twin_b):
+        (data / "breakout" / uuid).mkdir(parents=True)
+    both = f"2 runs under {data}/ begin so: breakout/{twin_a}, breakout/{twin_b}"
+    for args, line in (
+            (["train", "--resume", lost[:8], "--data-dir", str(data)],
+             f"error: --resume {lost[:8]}: expected a run with a checkpoint to resume from ({data / 'breakout' / lost} has none: "
+             "it stopped before its first checkpoint, so there is nothing to go on from)"),
+            (["evaluate", "--run", lost[:8], "--data-dir", str(data)],
+             f"error: --run {lost[:8]}: expected a readable checkpoint written by python -m experiments.breakout (no checkpoint "
+             f"at {data / 'breakout' / lost / 'checkpoints' / 'checkpoint.pt'})"),
+            (["train", "--resume", "4567abcd", "--data-dir", str(data)], f"error: --resume 4567abcd: expected the id of one run; {both}"),
+            (["evaluate", "--run", "4567abcd", "--data-dir", str(data)], f"error: --run 4567abcd: expected the id of one run; {both}"),
+            (["tweak", "4567abcd", "--data-dir", str(data)], f"error: RUN_UUID 4567abcd: expected the id of one run; {both}")):
+        refused, probe = probed(tmp_path, "experiments", *args)
+        assert probe == {"code": 2, "attempted": [], "loaded": []}, (args, probe, refused.stderr[-2000:])
+        assert refused.stdout == "" and refused.stderr == line + "\n", refused.stderr

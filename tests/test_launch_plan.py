@@ -66,9 +66,43 @@ def test_planning_a_resume_changes_nothing_and_prints_nothing(tmp_path: Path, ca
     (run_dir / ".summary.json.k2m9x0qa.tmp").write_text("{")
     before = folder_state(run_dir)
     capsys.readouterr()
-    plan = plan_launch({"data_dir": str(tmp_path), "n_workers": 1}, summary["run_uuid"])
+    plan = plan_launch({"data_dir": str(tmp_path), "n_workers": 1}, resume=summary["run_uuid"][:8])  # the dashboard's id
     assert folder_state(run_dir) == before  # nothing deleted or written: the run removes them when it starts
     assert capsys.readouterr() == ("", "")  # and nothing printed: the notes are the plan's, for the run to say
-    assert plan.run_dir == run_dir and plan.resume is not None and plan.resume.update == 2
+    assert plan.run_dir == run_dir and plan.resume is not None and plan.resume.checkpoint.update == 2
+    assert plan.run_uuid == summary["run_uuid"]
     assert (plan.config.n_workers, plan.config.envs_per_worker) == (1, 2)
     assert any(note.startswith("note: the run's 2 games ran as 2 × 1 and go on as 1 × 2") for note in plan.notes), plan.notes
+
+
+@pytest.mark.slow
+def test_the_plan_is_immutable_all_the_way_down_and_the_trainer_copies_its_tensors_in(tmp_path: Path) -> None:
+    import dataclasses
+
+    import torch
+
+    from game.vector import game_specs, make_pool
+    from ppo.devices import resolve_device
+    from ppo.seeding import derive_seeds
+    from ppo.trainer import Trainer
+
+    summary = run_once(Cli(), tmp_path, *SMOKE)
+    plan = plan_launch({"data_dir": str(tmp_path), "backend": "serial"}, resume=summary["run_uuid"])
+    assert plan.resume is not None
+    for frozen, name in ((plan, "notes"), (plan.config, "learning_rate"), (plan.resume, "notes"), (plan.resume.checkpoint, "update")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(frozen, name, None)
+    with pytest.raises(TypeError):
+        plan.machine_choices["n_workers"] = "mine"  # type: ignore[index]
+    held = plan.resume.checkpoint
+    before = {key: value.clone() for key, value in held.optimizer["state"][0].items()}
+    model_before = {key: value.clone() for key, value in held.model.items()}
+    config, seeds = plan.config, derive_seeds(plan.config.seed, plan.config.n_envs)
+    with make_pool(config, game_specs(config, seeds.env_seeds)) as pool:
+        trainer = Trainer(config, pool, seeds, resolve_device("cpu"), on_event=lambda line: None)
+        trainer.load_state_dict(held)
+        trainer.iteration()  # Adam steps its moments and the parameters
+        stepped = trainer.optimizer.state_dict()["state"][0]["exp_avg"]
+    assert not torch.equal(stepped, before["exp_avg"])  # so a step happened: the plan's copies must not have moved
+    assert all(torch.equal(held.optimizer["state"][0][key], value) for key, value in before.items())
+    assert all(torch.equal(held.model[key], value) for key, value in model_before.items())

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from dashboard.client import DashboardError, get_hyperparams
-from experiments.run.folders import checkpoint_path, find_run, running_pid
+from experiments.run.folders import RunFolder, checkpoint_path
 from game.vector.ray_actors import ray_installed
 from ppo.checkpoint import read_checkpoint
 from tests.conftest import REPO, Cli
-from tests.pbt_support import TINY, rows_of, stop_for_good, wait_for
+from tests.pbt_support import TINY, rows_of, run_dir_of, stop_for_good, wait_for
 
 UPDATES = 10_000  # a checkpoint each: the first segment (5,000 updates) outlasts the test by far
 LONG = [*TINY[:TINY.index("--total-env-steps")], "--total-env-steps", str(32 * UPDATES), "--epochs", "1", "--minibatches", "2",
@@ -50,13 +50,13 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
     try:
         state_file = wait_for(lambda: next(data.glob("breakout/pbt-*/population.json"), None), process, "population.json")
         state = json.loads(state_file.read_text())
-        run_dirs = wait_for(lambda: all(d := [find_run(data, m["run_uuid"]) for m in state["members"]]) and d, process, "run folders")
+        run_dirs = wait_for(lambda: all(d := [run_dir_of(data, m["run_uuid"]) for m in state["members"]]) and d, process, "run folders")
         updates = [d / "updates.csv" for d in run_dirs]
         wait_for(lambda: all(u.exists() and rows_of(u) for u in updates), process, "a first update of each member")
         # Member 1 killed first, so that its new process starts while member 0 is tweaked (the two
         # members' stories are apart: one's tweak, the other's kill); once it has a checkpoint to go on from.
         wait_for(lambda: checkpoint_path(run_dirs[1]).exists(), process, "member 1's first checkpoint")
-        killed = running_pid(run_dirs[1])
+        killed = RunFolder(run_dirs[1], run_dirs[1].name).owner()
         assert killed is not None
         last_before = int(rows_of(updates[1])[-1]["update"])
         os.kill(killed, signal.SIGKILL)
@@ -67,7 +67,7 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
         # In use: member 0's updates.csv shows the hand-set base, annealed over the run's updates.
         wait_for(lambda: any(float(r["learning_rate"]) == pytest.approx(HAND_LR * (1 - (int(r["update"]) - 1) / UPDATES))
                              for r in rows_of(updates[0])), process, "the hand-set learning rate in member 0's updates.csv")
-        wait_for(lambda: running_pid(run_dirs[1]) not in (None, killed) and int(rows_of(updates[1])[-1]["update"]) > last_before,
+        wait_for(lambda: RunFolder(run_dirs[1], run_dirs[1].name).owner() not in (None, killed) and int(rows_of(updates[1])[-1]["update"]) > last_before,
                  process, "member 1 training again after its kill")
         process.terminate()  # SIGTERM to the driver alone, as `kill PID` or a service manager sends
         out, err = process.communicate(timeout=600)

@@ -29,12 +29,11 @@ from experiments.curves import parse_runs
 from experiments.pbt.cli import exploit_and_explore
 from experiments.pbt.explore import changes_text
 from experiments.pbt.population import Population
-from experiments.run.folders import find_run
 from experiments.run.updates_csv import read_updates
 from game.vector.ray_actors import ray_installed
 from ppo.checkpoint import read_checkpoint
 from tests.conftest import REPO, Cli
-from tests.pbt_support import POPULATION, changes_of, checkpoints, rows_of, wait_for
+from tests.pbt_support import POPULATION, changes_of, checkpoints, rows_of, run_dir_of, wait_for
 from tests.ray_checks import check_private, snapshot
 
 
@@ -63,7 +62,7 @@ def population(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def run_population(first: subprocess.Popen[str], data: Path, held: Path, cli: Cli) -> dict[str, Any]:
     state_file = wait_for(lambda: next(data.glob("breakout/pbt-*/population.json"), None), first, "population.json")
     state = json.loads(state_file.read_text())
-    run_dirs = wait_for(lambda: all(d := [find_run(data, m["run_uuid"]) for m in state["members"]]) and d, first, "run folders")
+    run_dirs = wait_for(lambda: all(d := [run_dir_of(data, m["run_uuid"]) for m in state["members"]]) and d, first, "run folders")
     # Both members are training when the Ctrl-C comes: each holds at its first checkpoint until asked to stop.
     wait_for(lambda: len(list(held.iterdir())) == 2, first, "both members held at their first checkpoint")
     assert all(len(rows_of(d / "updates.csv")) == 1 for d in run_dirs)

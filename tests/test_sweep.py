@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from experiments.run.folder_checks import UnsafeRunFolder
+from experiments.run.folders import RunFolder
 from experiments.run.updates_csv import read_updates
-from experiments.sweep import main, remove_lost_start, sorted_rows
+from experiments.sweep import main, sorted_rows
 from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
 from game.vector.ray_actors import ray_installed
 from tests import process_table
@@ -170,14 +171,14 @@ def test_a_lost_trial_s_folder_is_left_alone_while_a_process_runs_it_or_when_it_
     run_dir.mkdir(parents=True)
     (run_dir / "run.pid").write_text(str(os.getpid()))  # a live process: this one
     with pytest.raises(UnsafeRunFolder, match="^" + re.escape(f"run folder {run_dir}: process {os.getpid()} still runs it, so the trial")):
-        remove_lost_start(run_dir)
+        RunFolder(run_dir, run_dir.name).remove_lost_start()
     (run_dir / "run.pid").unlink()
     (run_dir / "games.csv").symlink_to(tmp_path / "elsewhere.csv")
     with pytest.raises(UnsafeRunFolder, match=re.escape(f"{run_dir / 'games.csv'} is a symbolic link")):
-        remove_lost_start(run_dir)
+        RunFolder(run_dir, run_dir.name).remove_lost_start()
     assert sorted(p.name for p in run_dir.iterdir()) == ["games.csv"]  # nothing removed
     (run_dir / "games.csv").unlink()
-    remove_lost_start(run_dir)
+    RunFolder(run_dir, run_dir.name).remove_lost_start()
     assert not run_dir.exists()
 
 

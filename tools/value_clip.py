@@ -25,7 +25,7 @@ from typing import Any
 
 from configs.cli import OneLineParser, bad_value, docstring_help
 from configs.ppo import ConfigError, PPOConfig, validate
-from experiments.evaluate import check_device_name, parse_device, resolve_checkpoint
+from experiments.evaluate import check_device_name, locate_checkpoint, parse_device, read_checked
 from experiments.run.console import say
 
 DEFAULT_EPSILONS = ("0.05", "0.1", "0.2", "0.5", "1.0")
@@ -64,28 +64,23 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = parser.parse_args(argv)
     epsilons = [parse_epsilon(text) for text in args.epsilons]
     check_device_name(args.device)
+    path, option, value, run_uuid = locate_checkpoint(args.run, args.checkpoint, args.data_dir)
     # The learner (torch) once the command line is accepted: --help and a refused option answer without it.
-    from experiments.run.plan import checked_live_values
-    from game.atari import action_meanings, is_known_game
+    from game.atari import is_known_game
     from game.vector import game_specs, make_pool
-    from ppo.checkpoint import Checkpoint, CheckpointError
     from ppo.seeding import derive_seeds
     from ppo.trainer import Trainer
 
     device = parse_device(args.device)
-    path, state, run_uuid = resolve_checkpoint(args.run, args.checkpoint, args.data_dir)
-    option, value = ("--checkpoint", args.checkpoint) if args.checkpoint is not None else ("--run", args.run)
+    point = read_checked(path, option, value)  # checked whole, as a resume checks it
+    learner = point.checkpoint
     try:
         # Its games on worker processes here, whatever transport trained it; no dashboard.
-        learner = Checkpoint.from_stored(state)
-        saved = PPOConfig.from_dict(learner.config)
-        config = validate(dataclasses.replace(saved, backend="local", ray_address=None, dashboard=None), is_known_game)
-        learner.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
-    except (ConfigError, CheckpointError, KeyError, TypeError, ValueError) as e:
+        config = validate(dataclasses.replace(point.config, backend="local", ray_address=None, dashboard=None), is_known_game)
+    except ConfigError as e:
         bad_value(option, value, f"a checkpoint written by python -m experiments.breakout ({e})")
-    notes: list[str] = []
-    live = checked_live_values(learner.live_values, notes)
-    for note in notes:
+    live = learner.live_values
+    for note in point.notes:
         say(note)
 
     seeds = derive_seeds(config.seed, config.n_envs)

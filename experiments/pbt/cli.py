@@ -34,7 +34,8 @@ from experiments.pbt.legs import leg_changes, plan_resumed, this_leg
 from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
 from experiments.pbt.population import PrivateDashboard, run_segment
 from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
-from experiments.run.folder_checks import UnsafeRunFolder, check_folder, check_run_folder
+from experiments.run.folder_checks import UnsafeRunFolder, check_folder
+from experiments.run.folders import RunFolder
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
 from game.vector.private_ray import ray_refusal, stop_ray
@@ -126,7 +127,7 @@ def resumed(given: str) -> Population:
     for member in range(len(population.members)):
         if (run_dir := population.run_dir(member)) is not None:
             try:
-                check_run_folder(run_dir)  # each member's resume checks it again, as it starts
+                RunFolder(run_dir, run_dir.name).check()  # each member's resume checks it again, as it starts
             except UnsafeRunFolder as e:
                 raise PbtError(f"--resume {given}: expected member {member}'s run folder of plain files and "
                                f"folders ({e}; nothing was read or written)") from None

@@ -31,13 +31,13 @@ def run_member(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
     """One member's segment (a Ray task in a fresh process): resume the run, or start it, until
     `stop_after_env_steps`. The process of its previous segment may still be exiting after it
     returned; the run is resumed once that process has let go of it."""
-    from experiments.run.folders import find_run, running_pid
+    from experiments.run.folders import RunFolder
 
-    run_dir = find_run(Path(overrides["data_dir"]), run_uuid)
+    folder = RunFolder.named(Path(overrides["data_dir"]), run_uuid, "run_uuid")
     deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)
-    while run_dir is not None and running_pid(run_dir) not in (None, os.getpid()) and time.monotonic() < deadline:
+    while folder is not None and folder.owner() not in (None, os.getpid()) and time.monotonic() < deadline:
         time.sleep(0.05)  # the previous segment's process ends by itself
-    return run_trial(overrides, run_uuid)
+    return run_trial(overrides, run_uuid)  # planned as every run is (experiments/run/plan.py)
 
 
 def run_segment(population: Population, target: int, queue: Callable[[int, dict[str, Any]], bool],

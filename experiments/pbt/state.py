@@ -26,7 +26,7 @@ from configs.fields import MAX_SEED
 from configs.files import atomic_write
 from configs.ppo import ConfigError, PPOConfig, live_ranges, live_value_problem
 from experiments.pbt.explore import check_explored
-from experiments.run.folders import find_run, publish
+from experiments.run.folders import RunFolder, publish
 from game.atari import is_known_game
 
 STATE = "population.json"
@@ -81,7 +81,8 @@ class Population:
         return [*range(self.interval, self.last_update, self.interval), self.last_update]
 
     def run_dir(self, member: int) -> Path | None:
-        return find_run(Path(self.fixed["data_dir"]), self.members[member]["run_uuid"])
+        folder = RunFolder.named(Path(self.fixed["data_dir"]), self.members[member]["run_uuid"], "resume")
+        return folder.path if folder is not None else None
 
     def summary(self, member: int) -> dict[str, Any]:
         run_dir = self.run_dir(member)

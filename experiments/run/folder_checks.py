@@ -1,8 +1,8 @@
 """A run folder on disk is input, not only output: whoever may write the data dir (a shared
 `--data-dir`, a copied run) may have put anything in it. Before a resume reads or writes a byte of
-one, `check_run_folder` refuses a folder that holds a link where a file belongs, and
-`remove_dead_writers_files` removes the temp files a killed writer left. A population's folder
-(experiments/pbt) gets the same check, `check_folder`, with every hard link refused.
+one, `check_folder` (through `experiments.run.folders.RunFolder.check`) refuses a folder that holds
+a link where a file belongs, and `remove_dead_writers_files` removes the temp files a killed writer
+left. A population's folder (experiments/pbt) gets the same check, with every hard link refused.
 
 labml opens `configs.yaml`, `run.yaml`, `indicators.yaml`, `source.diff`, `run_log.jsonl` and
 `run.pid` with a plain `open(path, "w"/"a")`, which follows a symbolic link and writes into a hard
@@ -22,11 +22,6 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-# labml's own files, each opened in place (labml/internal/experiment/experiment_run.py `save_info`,
-# labml/internal/experiment/__init__.py: configs, indicators, run_log): a second hard link to one of
-# them is another file's content that labml would overwrite.
-WRITTEN_IN_PLACE = ("configs.yaml", "run.yaml", "indicators.yaml", "source.diff", "run_log.jsonl", "run.pid")
-
 # What a writer of this project leaves when it is killed mid-write, and nothing else: the temp
 # file of `configs.files.atomic_write` (`.<name>.<8 characters of mkstemp>.tmp`), the staged newest
 # checkpoint and the hard link of a rotation (`experiments.run.folders.rotate_in`).
@@ -39,15 +34,9 @@ class UnsafeRunFolder(ValueError):
     """A run folder that must not be read or written: the message names the path and what is wrong."""
 
 
-def check_run_folder(run_dir: Path) -> None:
-    """Refuse (`UnsafeRunFolder`) a run folder that is itself a link, or holds a symbolic link, a
-    device, a FIFO or a socket anywhere, or a second hard link of a file labml writes in place.
-    Only `lstat` is used: nothing is opened, so nothing is read through a link."""
-    check_folder(run_dir, lambda path: "labml rewrites it in place" if path.parent == run_dir and path.name in WRITTEN_IN_PLACE else None)
-
-
 def check_folder(root: Path, written_in_place: Callable[[Path], str | None]) -> None:
-    """`check_run_folder` for any folder of ours that is input (a run's, a population's):
+    """Refuse (`UnsafeRunFolder`) a folder of ours that is input (a run's, a population's) when it is
+    itself a link, or holds a symbolic link, a device, a FIFO or a socket anywhere:
     `written_in_place(path)` says why a second hard link of the regular file `path` is refused
     (who writes it in place), or None where one is harmless."""
     for folder in (root.parent, root):

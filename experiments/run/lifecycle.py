@@ -12,6 +12,7 @@ checkpoint); 1 when a fault stopped it (its last good state checkpointed).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 from configs.ppo import accepted_live_values
 from configs.urls import strip_userinfo
 from experiments.run.console import Console, shown
-from experiments.run.folders import checkpoint_path, publish, release_run, rotate_in
+from experiments.run.folders import checkpoint_path, publish, rotate_in
 from experiments.run.games_csv import GamesCsv
 from experiments.run.labml import LabmlRun
 from experiments.run.plan import LaunchPlan
@@ -78,18 +79,21 @@ class TrainingRun:
         self.labml = LabmlRun(self.config, self.say)
         self.state = RunState()
         self.run_uuid, self.run_dir = plan.run_uuid, plan.run_dir or Path()
+        self.resumed = plan.resume.checkpoint if plan.resume is not None else None  # the trainer copies its tensors in
         self.started = time.perf_counter()
 
     def run(self) -> RunResult:
         with self.labml.console(), self.stop:  # labml's own messages as whole lines on stderr
             for note in self.plan.notes:
                 self.say(note)
-            if self.plan.run_dir is not None:  # the resume's checks are done: the last writer's files go
-                release_run(self.plan.run_dir)
+            if (folder := self.plan.folder) is not None and self.plan.lost_start:  # a start lost before its first checkpoint
+                folder.remove_lost_start()
+            elif folder is not None:  # the resume's checks are done: the last writer's files go
+                folder.release()
             return self._run()
 
     def _run(self) -> RunResult:
-        config, resume = self.config, self.plan.resume  # checked by the plan (plan.py) before this run was made
+        config, resume = self.config, self.resumed  # checked by the plan (plan.py) before this run was made
         device = resolve_device(config.device)
         self.run_uuid, self.run_dir = self.labml.create(self.plan.run_uuid, resume.live_values if resume else None,
                                                         self.plan.machine_choices)
@@ -196,7 +200,7 @@ class TrainingRun:
         """A stop before the first update of this session: nothing was trained, so nothing is
         written. A new run's folder does not exist yet (labml makes it when training starts); a
         resumed run's folder is as it was, its checkpoint the one to resume from again."""
-        stop, resume = self.stop.requested, self.plan.resume
+        stop, resume = self.stop.requested, self.resumed
         update, env_steps = (resume.update, resume.env_steps) if resume is not None else (0, 0)
         if resume is None:
             self.say(f"stopped by {stop} before the first update: nothing was kept (no run folder was made)")
@@ -213,11 +217,8 @@ class TrainingRun:
         dashboard URL without credentials (a resume never sends to it by itself)."""
         bases, _ = accepted_live_values(self.labml.live_bases(), fallback=trainer.live_in_use)
         state = trainer.state_dict(bases)
-        state.machines = leg.machines
-        state.machine_choices = dict(self.plan.machine_choices)
-        if state.config.get("dashboard") is not None:
-            state.config = {**state.config, "dashboard": strip_userinfo(state.config["dashboard"])}
-        return state
+        config = state.config if state.config.get("dashboard") is None else {**state.config, "dashboard": strip_userinfo(state.config["dashboard"])}
+        return dataclasses.replace(state, machines=leg.machines, machine_choices=dict(self.plan.machine_choices), config=config)
 
     def _checkpoint(self, trainer: Trainer, leg: Leg) -> Checkpoint:
         state = self._state(trainer, leg)
@@ -294,8 +295,8 @@ class TrainingRun:
         """After a second Ctrl-C: the checkpoint the run will resume from, and the command."""
         if self.state.checkpoint is not None:
             where = f"{shown(self.state.checkpoint)} (update {self.state.checkpointed_update})"
-        elif self.plan.resume is not None:
-            where = f"{shown(checkpoint_path(self.run_dir))} (update {self.plan.resume.update}), the one it was resumed from"
+        elif self.resumed is not None:
+            where = f"{shown(checkpoint_path(self.run_dir))} (update {self.resumed.update}), the one it was resumed from"
         else:
             return "no checkpoint was written yet: there is nothing to resume; start the run again"
         return f"it will resume from {where}:\n  {resume_command(self.config, str(self.run_uuid), self._dashboard())}"

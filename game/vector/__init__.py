@@ -29,15 +29,22 @@ __all__ = ["BACKENDS", "EnvPool", "PipePool", "PoolError", "RestartPolicy", "Ser
 
 
 class PoolSettings(Protocol):
-    """What `make_pool` reads of a run's settings."""
+    """What `make_pool` reads of a run's settings (read only: a run's config is frozen)."""
 
-    backend: str
-    envs_per_worker: int
-    worker_timeout: float
-    max_worker_restarts: int
-    restart_window: int
-    ray_address: str | None
-    ray_cpus_per_worker: float
+    @property
+    def backend(self) -> str: ...
+    @property
+    def envs_per_worker(self) -> int: ...
+    @property
+    def worker_timeout(self) -> float: ...
+    @property
+    def max_worker_restarts(self) -> int: ...
+    @property
+    def restart_window(self) -> int: ...
+    @property
+    def ray_address(self) -> str | None: ...
+    @property
+    def ray_cpus_per_worker(self) -> float: ...
 
     def to_dict(self) -> dict[str, Any]: ...
 
