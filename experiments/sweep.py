@@ -41,7 +41,7 @@ from configs.ppo import ConfigError, PPOConfig
 from configs.terminal import escaped
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
-from game.vector.private_ray import join_ray_cluster, ray_refusal, start_private_ray, stop_ray
+from game.vector.private_ray import cluster_refusal, join_ray_cluster, ray_refusal, start_private_ray, stop_ray
 
 PROG = "python -m experiments.sweep"
 REPO = Path(__file__).resolve().parents[1]
@@ -266,6 +266,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except (ConfigError, SweepError) as e:
         fail(str(e))
     space, fixed, base, trials, cpus, address = plan
+    if address is not None and (refusal := cluster_refusal(address)) is not None:
+        fail(refusal)  # a cluster this driver cannot join, said before anything starts
     csv_path = Path(args.csv) if args.csv else Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv"
 
     def log(line: str) -> None:

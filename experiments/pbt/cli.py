@@ -36,7 +36,7 @@ from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, 
 from experiments.run.folder_checks import UnsafeRunFolder, check_folder, check_run_folder
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
-from game.vector.private_ray import ray_refusal, stop_ray
+from game.vector.private_ray import cluster_refusal, ray_refusal, stop_ray
 
 PROG = "python -m experiments.pbt"
 TWEAK = "python -m experiments.tweak"
@@ -282,6 +282,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         population, address = plan(args)
     except (ConfigError, PbtError) as e:
         fail(str(e))
+    if address is not None and (refusal := cluster_refusal(address)) is not None:
+        fail(refusal)  # a cluster this driver cannot join, said before anything starts
 
     # A SIGTERM stops the population as Ctrl-C does; `connect` keeps this handler through ray.init.
     signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)

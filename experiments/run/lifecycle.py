@@ -253,6 +253,7 @@ class TrainingRun:
             "worker_restarts": trainer.worker_restarts,
             "precision": precision_of(trainer.model.compute_dtype),  # what `auto` became here
             "machines": leg.machines,
+            "ray_nodes": getattr(trainer.pool, "nodes_used", lambda: None)(),  # Ray's node ids, for --backend ray
             "sps": (trainer.env_steps - leg.first_steps) / elapsed if trainer.update > leg.first_update else None,
             "wall_time_s": elapsed,  # this leg's; the run's, all legs together:
             "run_wall_time_s": leg.earlier_s + elapsed,
