@@ -143,6 +143,7 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
                 rows[i].update(status=summary["status"], error=summary.get("error"), score=summary.get(SCORE),
                                games=summary.get("games"), updates=summary.get("updates"),
                                env_steps=summary.get("env_steps"), sps=summary.get("sps"), host=summary.get("host"),
+                               node_id=summary.get("node_id"),
                                run_dir=summary.get("run_dir"))
             except ray.exceptions.RayError as e:  # the trial raised, or its process/node was lost for good
                 rows[i].update(status="failed", error=_first_line(e), score=None)
@@ -189,7 +190,7 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
 
 def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
     columns = ["rank", "trial", SCORE, "games", "updates", "env_steps", "sps", "status", *names, "run_uuid", "host",
-               "run_dir", "error"]
+               "node_id", "run_dir", "error"]  # node_id: Ray's, as nodes of one machine share its host name
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, columns, extrasaction="ignore")

@@ -81,7 +81,9 @@ def run_node(args: argparse.Namespace) -> int:
                                    object_store_memory=OBJECT_STORE_BYTES, min_worker_port=0, max_worker_port=0,
                                    node_manager_port=0)
     if head:
-        options["gcs_server_port"] = 0
+        # A lost node noticed in about 3 s rather than Ray's 30: until then the scheduler may still
+        # place a replacement on it.
+        options.update(gcs_server_port=0, _system_config={"health_check_period_ms": 1000, "health_check_failure_threshold": 3})
     else:
         options.update(gcs_address=args.gcs, include_log_monitor=False)
     params = RayParams(**options)

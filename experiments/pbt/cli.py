@@ -144,7 +144,8 @@ def exploit_and_explore(population: Population, update: int, failures: dict[int,
         say(f"  member {member} ({_score(scores[member])}) takes member {donor}'s weights, Adam state and schedule "
             f"position ({_score(scores[donor])}) at update {update}, keeps its own games and seeds; "
             f"its live values become {changes_text(changes)}")
-        rows.append({"update": update, "member": member, "copied_from": donor, "changes": changes_text(changes)})
+        rows.append({"update": update, "member": member, "copied_from": donor, "changes": changes_text(changes),
+                     "node_id": population.summary(member).get("node_id"), "donor_node_id": population.summary(donor).get("node_id")})
     return rows
 
 

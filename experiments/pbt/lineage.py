@@ -15,7 +15,7 @@ from experiments.run.folders import publish
 from experiments.run.updates_csv import read_updates
 from ppo.files import atomic_write
 
-COLUMNS = ("update", "member", "copied_from", "changes")
+COLUMNS = ("update", "member", "copied_from", "changes", "node_id", "donor_node_id")  # the Ray nodes their last segments ran on
 
 
 def append_rows(path: Path, rows: list[dict[str, object]]) -> None:

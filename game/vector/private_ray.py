@@ -45,7 +45,7 @@ from typing import Any
 from game.vector.ray_cluster import cluster_refusal, prepare_to_join, quiet_cluster_messages
 
 __all__ = ["INSTALL_HINT", "MIN_RAY", "cluster_refusal", "import_ray", "join_ray_cluster", "prepare_to_join",
-           "quiet_cluster_messages", "ray_connected", "ray_installed", "ray_refusal", "ray_version_problem",
+           "quiet_cluster_messages", "ray_connected", "ray_installed", "ray_node_id", "ray_refusal", "ray_version_problem",
            "start_private_ray", "stop_ray", "tighten_token_file"]
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
@@ -95,6 +95,12 @@ def ray_refusal(what: str) -> str | None:
     if (problem := ray_version_problem()) is not None:
         return f"{what} run on Ray: expected {problem}"
     return None
+
+
+def ray_node_id() -> str | None:
+    """The Ray node this process runs on (a sweep trial's, a member's; the node a driver joined
+    through), or None when it is connected to no Ray."""
+    return sys.modules["ray"].get_runtime_context().get_node_id() if ray_connected() else None
 
 
 def ray_connected() -> bool:
