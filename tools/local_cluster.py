@@ -150,22 +150,30 @@ class Cluster:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), **{LOCAL_ONLY_VARIABLE: "0"})
 
-    def start_node(self, kind: str, cpus: int, gcs: str | None = None) -> dict[str, Any]:
+    def start_nodes(self, kind: str, count: int, cpus: int, gcs: str | None = None) -> list[dict[str, Any]]:
+        """`count` nodes started at once (the worker nodes join the head together), returned once up."""
         argv = [sys.executable, str(Path(__file__).resolve()), "--node", kind, "--cpus-per-node", str(cpus), "--folder", str(self.folder)]
         if gcs is not None:
             argv += ["--gcs", gcs]
         # A session of its own: a Ctrl-C at the terminal reaches this tool alone, which stops the nodes in order.
-        process = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-        line = process.stdout.readline() if process.stdout else ""
-        if not line.startswith("UP "):
-            process.wait()
-            raise RuntimeError(f"the {kind} node did not start (exit {process.returncode}); Ray's logs: {self.folder / 'ray'}")
-        _, address, node_id, raylet = line.split()
-        info = {"name": "head" if kind == "head" else f"node-{len(self.nodes) + 1}", "node_id": node_id,
-                "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address}
-        self.nodes.append((process, info))
-        (self.folder / "nodes.json").write_text(json.dumps([i for _, i in self.nodes], indent=1))
-        return info
+        started = [subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+                   for _ in range(count)]
+        self.nodes += [(process, {"process_pid": process.pid}) for process in started]
+        infos = []
+        for process in started:
+            line = process.stdout.readline() if process.stdout else ""
+            if not line.startswith("UP "):
+                process.wait()
+                raise RuntimeError(f"a {kind} node did not start (exit {process.returncode}); Ray's logs: {self.folder / 'ray'}")
+            _, address, node_id, raylet = line.split()
+            infos.append({"name": "head" if kind == "head" else f"node-{len(self.named()) + 1}", "node_id": node_id,
+                          "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address})
+            next(i for p, i in self.nodes if p is process).update(infos[-1])
+        (self.folder / "nodes.json").write_text(json.dumps(self.named(), indent=1))
+        return infos
+
+    def named(self) -> list[dict[str, Any]]:
+        return [info for _, info in self.nodes if "name" in info]
 
     def stop(self) -> None:
         """Worker nodes first (their raylets report to the head), then the head; each by its pid."""
@@ -189,11 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     folder, token = private_folder()
     cluster = Cluster(folder, token)
     try:
-        head = cluster.start_node("head", args.cpus_per_node)
-        for _ in range(args.nodes - 1):
-            if stop.is_set():
-                return 130
-            cluster.start_node("worker", args.cpus_per_node, head["gcs_address"])
+        [head] = cluster.start_nodes("head", 1, args.cpus_per_node)
+        if stop.is_set():
+            return 130
+        cluster.start_nodes("worker", args.nodes - 1, args.cpus_per_node, head["gcs_address"])
         print(f"RAY_ADDRESS={head['gcs_address']}\nRAY_AUTH_TOKEN_PATH={token}\nRAY_AUTH_MODE=token\n"
               f"LOCAL_CLUSTER_NODES={folder / 'nodes.json'}", flush=True)
         print(f"local_cluster: {args.nodes} nodes up, {args.cpus_per_node} CPUs each; SIGTERM or Ctrl-C stops them",
