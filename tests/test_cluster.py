@@ -147,6 +147,26 @@ def test_a_sweeps_trials_spread_over_nodes_and_its_csv_names_each_trials_node(lo
     assert cli.leftovers() == []
 
 
+def test_a_populations_members_spread_over_nodes_and_its_lineage_names_them(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    """2 members of 1 CPU on nodes of 1 CPU each: 2 nodes; the exploit's row names the member's and the donor's."""
+    from experiments.pbt.population import PrivateDashboard  # the members' live channel, as a population starts its own
+
+    cli = Cli()
+    runs = tmp_path / "runs"
+    (tmp_path / "dashboard").mkdir()
+    with PrivateDashboard(tmp_path / "dashboard", runs) as dashboard:
+        result = run_driver(local_cluster, cli, "experiments.pbt", "--ray-address", local_cluster.address, "--dashboard", dashboard.url,
+                            "--population", "2", "--interval", "1", "--n-workers", "1", "--cpus-per-member", "1",
+                            "--data-dir", str(runs), *TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [lineage] = result.stdout.splitlines()
+    with Path(lineage).open(newline="") as f:
+        [row] = list(csv.DictReader(f))  # the one exploit, after update 1
+    ids = {n["node_id"] for n in local_cluster.nodes()}
+    assert row["node_id"] != row["donor_node_id"] and {row["node_id"], row["donor_node_id"]} <= ids, row
+    assert cli.leftovers() == []
+
+
 def test_a_runs_actors_spread_over_nodes_and_one_lost_with_its_node_is_replaced_with_no_orphan_left(
         local_cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Last: it leaves the cluster a node short. A held run (tests/conftest.py's HELD_RUN), its 2
