@@ -19,6 +19,7 @@ line when it could not join, and Ray's messages about the cluster kept off its s
 from __future__ import annotations
 
 import contextlib
+import importlib
 import ipaddress
 import os
 import re
@@ -97,11 +98,11 @@ def cluster_refusal(address: str, option: str = "--ray-address") -> str | None:
         socket.create_connection((host, port), timeout=10).close()
     except OSError as e:
         return f"{option} {address}: expected a running Ray cluster's address (nothing answers at {host}:{port}: {e.strerror or e})"
-    from ray._raylet import GcsClient
+    raylet: Any = importlib.import_module("ray._raylet")  # Ray's compiled client (no types to read)
 
     try:
         with _stderr_silenced():
-            GcsClient(address=f"{host}:{port}").internal_kv_get(b"", None, timeout=30)
+            raylet.GcsClient(address=f"{host}:{port}").internal_kv_get(b"", None, timeout=30)
     except Exception as e:  # Ray's own classes, whatever module a version defines them in
         if type(e).__name__ != "AuthenticationError":
             return f"{option} {address}: expected a Ray cluster's GCS there ({_first_line(e)})"
@@ -137,5 +138,5 @@ def quiet_cluster_messages() -> None:
                 print(f"ray: node {match[1][:12]} ({match[2]}) was lost; what ran there is replaced on the other "
                       "nodes (Ray's account is in that node's Ray logs)", file=sys.stderr, flush=True)
 
-    worker._print_to_stdstream_of_ray = original  # type: ignore[attr-defined]
+    worker._print_to_stdstream_of_ray = original
     worker.print_to_stdstream = to_stderr
