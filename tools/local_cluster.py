@@ -90,11 +90,18 @@ def run_node(args: argparse.Namespace) -> int:
     params.dashboard_agent_listen_port = None  # a free port, not Ray's fixed default that another Ray may hold
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    node = Node(params, head=head, shutdown_at_exit=False, spawn_reaper=False)
+    try:
+        node = Node(params, head=head, shutdown_at_exit=False, spawn_reaper=False)
+    except BaseException:  # Ray gave up (its raylet did not register in 30 s): what it started goes too
+        _end_descendants()
+        raise
     raylet = node.all_processes["raylet"][0].process
     print(f"UP {node.gcs_address} {node.node_id} {raylet.pid}", flush=True)
-    watcher = threading.Thread(target=lambda: (raylet.wait(), stopping.set()), daemon=True)
-    watcher.start()  # reaps the raylet the moment it ends
+    def reap_raylet() -> None:  # the moment it ends
+        raylet.wait()
+        stopping.set()
+
+    threading.Thread(target=reap_raylet, daemon=True).start()
     stopping.wait()
     lost = raylet.poll() is not None
     node.kill_all_processes(check_alive=False, allow_graceful=not lost)
@@ -150,27 +157,29 @@ class Cluster:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), **{LOCAL_ONLY_VARIABLE: "0"})
 
-    def start_nodes(self, kind: str, count: int, cpus: int, gcs: str | None = None) -> list[dict[str, Any]]:
-        """`count` nodes started at once (the worker nodes join the head together), returned once up."""
+    def start_node(self, kind: str, cpus: int, gcs: str | None = None, tries: int = 2) -> dict[str, Any]:
+        """One node, returned once up. One at a time, and tried again once: Ray gives a raylet 30 s
+        to register, which a loaded machine of 2 cores starting several at once can miss."""
         argv = [sys.executable, str(Path(__file__).resolve()), "--node", kind, "--cpus-per-node", str(cpus), "--folder", str(self.folder)]
         if gcs is not None:
             argv += ["--gcs", gcs]
-        # A session of its own: a Ctrl-C at the terminal reaches this tool alone, which stops the nodes in order.
-        started = [subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-                   for _ in range(count)]
-        self.nodes += [(process, {"process_pid": process.pid}) for process in started]
-        infos = []
-        for process in started:
+        for attempt in range(tries):
+            # A session of its own: a Ctrl-C at the terminal reaches this tool alone, which stops the nodes in order.
+            process = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            self.nodes.append((process, {"process_pid": process.pid}))
             line = process.stdout.readline() if process.stdout else ""
-            if not line.startswith("UP "):
-                process.wait()
+            if line.startswith("UP "):
+                break
+            process.wait()  # it ended what it had started
+            if attempt == tries - 1:
                 raise RuntimeError(f"a {kind} node did not start (exit {process.returncode}); Ray's logs: {self.folder / 'ray'}")
-            _, address, node_id, raylet = line.split()
-            infos.append({"name": "head" if kind == "head" else f"node-{len(self.named()) + 1}", "node_id": node_id,
-                          "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address})
-            next(i for p, i in self.nodes if p is process).update(infos[-1])
+            print(f"local_cluster: a {kind} node did not start (exit {process.returncode}); trying again", file=sys.stderr, flush=True)
+        _, address, node_id, raylet = line.split()
+        info = self.nodes[-1][1]
+        info.update({"name": "head" if kind == "head" else f"node-{len(self.named()) + 1}", "node_id": node_id,
+                     "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address})
         (self.folder / "nodes.json").write_text(json.dumps(self.named(), indent=1))
-        return infos
+        return info
 
     def named(self) -> list[dict[str, Any]]:
         return [info for _, info in self.nodes if "name" in info]
@@ -197,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     folder, token = private_folder()
     cluster = Cluster(folder, token)
     try:
-        [head] = cluster.start_nodes("head", 1, args.cpus_per_node)
-        if stop.is_set():
-            return 130
-        cluster.start_nodes("worker", args.nodes - 1, args.cpus_per_node, head["gcs_address"])
+        head = cluster.start_node("head", args.cpus_per_node)
+        for _ in range(args.nodes - 1):
+            if stop.is_set():
+                return 130
+            cluster.start_node("worker", args.cpus_per_node, head["gcs_address"])
         print(f"RAY_ADDRESS={head['gcs_address']}\nRAY_AUTH_TOKEN_PATH={token}\nRAY_AUTH_MODE=token\n"
               f"LOCAL_CLUSTER_NODES={folder / 'nodes.json'}", flush=True)
         print(f"local_cluster: {args.nodes} nodes up, {args.cpus_per_node} CPUs each; SIGTERM or Ctrl-C stops them",
