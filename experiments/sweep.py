@@ -40,7 +40,7 @@ from configs.ppo import ConfigError, PPOConfig
 from configs.terminal import escaped
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
-from game.vector.private_ray import join_ray_cluster, ray_refusal, start_private_ray, stop_ray
+from game.vector.private_ray import cluster_refusal, join_ray_cluster, ray_refusal, start_private_ray, stop_ray
 
 PROG = "python -m experiments.sweep"
 REPO = Path(__file__).resolve().parents[1]
@@ -119,6 +119,7 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
                 rows[i].update(status=summary["status"], error=summary.get("error"), score=summary.get(SCORE),
                                games=summary.get("games"), updates=summary.get("updates"),
                                env_steps=summary.get("env_steps"), sps=summary.get("sps"), host=summary.get("host"),
+                               node_id=summary.get("node_id"),
                                run_dir=summary.get("run_dir"))
             except ray.exceptions.RayError as e:  # the trial raised, or its process/node was lost for good
                 rows[i].update(status="failed", error=_first_line(e), score=None)
@@ -165,7 +166,7 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
 
 def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
     columns = ["rank", "trial", SCORE, "games", "updates", "env_steps", "sps", "status", *names, "run_uuid", "host",
-               "run_dir", "error"]
+               "node_id", "run_dir", "error"]  # node_id: Ray's, as nodes of one machine share its host name
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, columns, extrasaction="ignore")
@@ -242,6 +243,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except (ConfigError, SweepError) as e:
         fail(str(e))
     space, fixed, base, trials, cpus, address = plan
+    if address is not None and (refusal := cluster_refusal(address)) is not None:
+        fail(refusal)  # a cluster this driver cannot join, said before anything starts
     csv_path = Path(args.csv) if args.csv else Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv"
 
     def log(line: str) -> None:

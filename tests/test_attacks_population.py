@@ -255,7 +255,7 @@ def test_a_populations_own_writes_never_follow_a_link_planted_while_it_runs(tmp_
         append_rows(folder / "lineage.csv", [row])
     (folder / "lineage.csv").unlink()
     append_rows(folder / "lineage.csv", [row])  # a file of its own is written as before
-    assert (folder / "lineage.csv").read_bytes() == b"update,member,copied_from,changes\r\n3,1,0,epochs=2\r\n"
+    assert (folder / "lineage.csv").read_bytes() == b"update,member,copied_from,changes,node_id,donor_node_id\r\n3,1,0,epochs=2,,\r\n"
 
     for name in ("population.json", ".population.json.next", "lineage.png"):
         (folder / name).symlink_to(victim)

@@ -28,7 +28,7 @@ from game.vector.protocol import WorkerDied, WorkerError
 from game.vector.ray_actors import ray_installed
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
-from tests.conftest import REPO, ROLLOUT_FIELDS, train_from_seed
+from tests.conftest import REPO, ROLLOUT_FIELDS, refused_in_process, train_from_seed
 from tests.process_table import is_alive
 from tests.ray_checks import attack, check_private, check_refused, snapshot
 from tests.test_experiment import summary_of
@@ -233,6 +233,23 @@ def test_backend_ray_without_ray_says_how_to_install_it(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip() == 'error: --backend ray: expected Ray installed for it: pip install -e ".[ray]"'
     assert list(tmp_path.iterdir()) == []
+
+
+@requires_ray
+@pytest.mark.parametrize("module", ["experiments.breakout", "experiments.sweep"])
+def test_a_cluster_address_where_nothing_answers_is_refused_in_one_line_before_anything_starts(
+        module: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Port 1 of loopback: refused at once, without Ray's 40 s of tries to reach a GCS."""
+    import importlib
+
+    for name in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):  # a driver sets them: given back after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    args = ["--backend", "ray"] if module == "experiments.breakout" else ["--grid", "learning_rate=1e-4,3e-4"]
+    line = refused_in_process(capsys, [*args, "--ray-address", "127.0.0.1:1", "--data-dir", str(tmp_path / "runs")],
+                              importlib.import_module(module).main)
+    assert line == "error: --ray-address 127.0.0.1:1: expected a running Ray cluster's address (nothing answers at 127.0.0.1:1: Connection refused)"
+    assert not (tmp_path / "runs").exists()
 
 
 OLDER = ('Ray 2.60 or newer, whose private instance listens on loopback only and refuses clients without its token '

@@ -38,7 +38,7 @@ from experiments.run.folder_checks import UnsafeRunFolder, check_folder
 from experiments.run.folders import RunFolder
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
-from game.vector.private_ray import ray_refusal, stop_ray
+from game.vector.private_ray import cluster_refusal, ray_refusal, stop_ray
 
 PROG = "python -m experiments.pbt"
 TWEAK = "python -m experiments.tweak"
@@ -157,7 +157,8 @@ def exploit_and_explore(population: Population, update: int, failures: dict[int,
         say(f"  member {member} ({_score(scores[member])}) takes member {donor}'s weights, Adam state and schedule "
             f"position ({_score(scores[donor])}) at update {update}, keeps its own games and seeds; "
             f"its live values become {changes_text(changes)}")
-        rows.append({"update": update, "member": member, "copied_from": donor, "changes": changes_text(changes)})
+        rows.append({"update": update, "member": member, "copied_from": donor, "changes": changes_text(changes),
+                     "node_id": population.summary(member).get("node_id"), "donor_node_id": population.summary(donor).get("node_id")})
     return rows
 
 
@@ -295,6 +296,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         population, address = plan(args)
     except (ConfigError, PbtError, PopulationFileError) as e:
         fail(str(e))
+    if address is not None and (refusal := cluster_refusal(address)) is not None:
+        fail(refusal)  # a cluster this driver cannot join, said before anything starts
 
     # A SIGTERM stops the population as Ctrl-C does; `connect` keeps this handler through ray.init.
     signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)

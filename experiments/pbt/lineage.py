@@ -15,7 +15,7 @@ from experiments.run.folder_checks import open_own_file
 from experiments.run.folders import publish
 from experiments.run.updates_csv import read_updates
 
-COLUMNS = ("update", "member", "copied_from", "changes")
+COLUMNS = ("update", "member", "copied_from", "changes", "node_id", "donor_node_id")  # the Ray nodes their last segments ran on
 
 
 def append_rows(path: Path, rows: list[dict[str, object]]) -> None:

@@ -30,6 +30,7 @@ from experiments.run.report import earlier_wall_time, next_commands, resume_comm
 from experiments.run.stopping import BEFORE_TRAINING, WITHIN_UPDATE, GracefulStop
 from experiments.run.updates_csv import UpdatesCsv, read_updates
 from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
+from game.vector.private_ray import ray_node_id
 from ppo.checkpoint import Checkpoint, CheckpointError, save_checkpoint, write_json
 from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device
 from ppo.evaluation import record_training_video
@@ -254,6 +255,8 @@ class TrainingRun:
             "worker_restarts": trainer.worker_restarts,
             "precision": precision_of(trainer.model.compute_dtype),  # what `auto` became here
             "machines": leg.machines,
+            "node_id": ray_node_id(),  # the Ray node the trainer ran on (a sweep trial's, a member's), if any
+            "ray_nodes": getattr(trainer.pool, "nodes_used", lambda: None)(),  # Ray's node ids, for --backend ray
             "sps": (trainer.env_steps - leg.first_steps) / elapsed if trainer.update > leg.first_update else None,
             "wall_time_s": elapsed,  # this leg's; the run's, all legs together:
             "run_wall_time_s": leg.earlier_s + elapsed,

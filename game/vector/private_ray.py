@@ -43,11 +43,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from game.vector.ray_cluster import cluster_refusal, prepare_to_join, quiet_cluster_messages
 from game.vector.stale_ray_folders import PREFIX, remove_stale_folders, write_owner
 
-__all__ = ["INSTALL_HINT", "MIN_RAY", "import_ray", "join_ray_cluster", "ray_connected", "ray_installed",
-           "ray_refusal", "ray_version_problem", "start_private_ray", "stop_ray",
-           "tighten_token_file"]
+__all__ = ["INSTALL_HINT", "MIN_RAY", "cluster_refusal", "import_ray", "join_ray_cluster", "prepare_to_join",
+           "quiet_cluster_messages", "ray_connected", "ray_installed", "ray_node_id", "ray_refusal", "ray_version_problem",
+           "start_private_ray", "stop_ray", "tighten_token_file"]
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
 MIN_RAY = (2, 60)
@@ -96,6 +97,12 @@ def ray_refusal(what: str) -> str | None:
     if (problem := ray_version_problem()) is not None:
         return f"{what} run on Ray: expected {problem}"
     return None
+
+
+def ray_node_id() -> str | None:
+    """The Ray node this process runs on (a sweep trial's, a member's; the node a driver joined
+    through), or None when it is connected to no Ray."""
+    return sys.modules["ray"].get_runtime_context().get_node_id() if ray_connected() else None
 
 
 def ray_connected() -> bool:
@@ -155,10 +162,13 @@ def _private_folder() -> Path:
 
 def join_ray_cluster(address: str, **options: Any) -> Any:
     """`ray.init(address=address, **options)`, this user's token file made unreadable to others
-    first. Returns the `ray` module."""
+    first, the driver set to use the cluster's token (`prepare_to_join`), and Ray's messages to
+    the driver kept off its stdout (`quiet_cluster_messages`). Returns the `ray` module."""
     tighten_token_file()
+    prepare_to_join(address)
     ray = import_ray()
     ray.init(address=address, **options)
+    quiet_cluster_messages()
     return ray
 
 

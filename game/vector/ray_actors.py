@@ -55,7 +55,9 @@ class EnvActor:
         if command is Command.INFO:
             import ray  # only ever called inside an actor, where Ray is present
 
-            value = {**value, "node": ray.util.get_node_ip_address(), "actor_id": ray.get_runtime_context().get_actor_id()}
+            context = ray.get_runtime_context()
+            value = {**value, "node": ray.util.get_node_ip_address(), "node_id": context.get_node_id(),
+                     "actor_id": context.get_actor_id()}
         return value, (self.group.arrays if command in _MOVES_GAMES else None)
 
 
@@ -80,6 +82,7 @@ class RayPool(EnvPool):
         self._owns_ray = False
         self._actors: dict[int, Any] = {}
         self._pending: dict[int, Any] = {}  # worker -> ObjectRef of its call in flight
+        self._nodes: dict[str, None] = {}  # node id -> None: the nodes used, in order
         if not ray_connected():
             self._connect(address, len(specs) // envs_per_worker)
         self._ray = import_ray()
@@ -103,6 +106,16 @@ class RayPool(EnvPool):
             package = str(Path(__file__).resolve().parents[1])
             join_ray_cluster(address, runtime_env={"py_modules": [package]}, **common)
         self._owns_ray = True
+
+    def _await_start(self, worker: int, timeout_s: float, attempts: int = 3) -> None:
+        super()._await_start(worker, timeout_s, attempts)
+        if (node := self._info[worker].get("node_id")) is not None:
+            self._nodes.setdefault(node)
+
+    def nodes_used(self) -> list[str]:
+        """The Ray node id of every node an actor of this pool ran on, replaced ones' included, in
+        the order first used (nodes on one machine share its address: the id tells them apart)."""
+        return list(self._nodes)
 
     def worker_pids(self) -> list[int]:
         return [self._info[w]["pid"] for w in range(self.n_workers)]
@@ -206,5 +219,6 @@ class RayPool(EnvPool):
         info = self._info[worker]
         actor = self._actors.get(worker)
         actor_id = info.get("actor_id") or (actor._actor_id.hex() if actor is not None else "?")
-        where = f", pid {info['pid']} on {info['node']}" if "pid" in info else ""
+        node = f" (node {info['node_id'][:12]})" if "node_id" in info else ""
+        where = f", pid {info['pid']} on {info['node']}{node}" if "pid" in info else ""
         return f"Ray actor {actor_id}{where}"

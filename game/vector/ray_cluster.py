@@ -1,0 +1,142 @@
+"""A driver joining a Ray cluster: set up as the cluster needs before Ray is imported, refused in one
+line when it could not join, and Ray's messages about the cluster kept off its stdout.
+
+* **Its token.** Ray's client sends a token only with `RAY_AUTH_MODE=token`; with the token alone
+  in `RAY_AUTH_TOKEN_PATH` (or `RAY_AUTH_TOKEN`, or `~/.ray/auth_token`) it sends none and gets 20
+  `InvalidAuthToken` warnings, then a traceback. So a driver that has a token and no mode set uses
+  token mode (a cluster without authentication ignores the token).
+* **A cluster on this machine's loopback** (tools/local_cluster.py): a driver looks for a raylet at
+  its own node address, which Ray sets to the machine's network address unless imported with
+  `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`; with the address of such a cluster, that is set.
+* **Checked before anything starts** (`cluster_refusal`): something answers at the address, and
+  the cluster's GCS takes this driver's token. Otherwise one line naming what to set.
+* **Ray's messages.** A driver prints every error the cluster publishes (a raylet's death with 20
+  lines of its log, "marked dead" notices) on its stdout, even with `log_to_driver=False`. Those
+  messages stay in the nodes' Ray logs; the driver says one line of its own on stderr per node
+  lost (`quiet_cluster_messages`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import ipaddress
+import os
+import re
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["cluster_refusal", "prepare_to_join", "quiet_cluster_messages"]
+
+LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # read once, when `ray` is first imported
+_NODE_DEAD = re.compile(r"node id: ([0-9a-f]+) and address: (\S+?)(?: and|\s|$)")
+
+
+def _target(address: str) -> tuple[str, int] | None:
+    """(host, port) of a GCS address (`auto` through RAY_ADDRESS, as Ray reads it); None for a Ray
+    Client address (`ray://`) or an `auto` Ray finds by itself."""
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS", "")
+    match = re.fullmatch(r"([^\s:/]+):(\d{1,5})", address)
+    return (match[1], int(match[2])) if match else None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _token_source() -> str | None:
+    """Where Ray would read this driver's token from, in Ray's order; None if it has none."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    if path := os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return f"RAY_AUTH_TOKEN_PATH={path}"
+    default = Path.home() / ".ray" / "auth_token"
+    return str(default) if default.exists() else None
+
+
+def prepare_to_join(address: str) -> None:
+    """The environment Ray reads at import (see the module's docstring). Before `import ray`."""
+    target = _target(address)
+    if target is not None and _is_loopback(target[0]) and "ray" not in sys.modules:
+        os.environ[LOCAL_ONLY_VARIABLE] = "0"
+    if "RAY_AUTH_MODE" not in os.environ and _token_source() is not None:
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """Ray's C++ client warns on file descriptor 2 at each refused try: the refusal says it in one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def cluster_refusal(address: str, option: str = "--ray-address") -> str | None:
+    """Why this driver cannot join the cluster at `address`, as one refusal's message; None if it
+    can (or if it cannot be checked before `ray.init`: a Ray Client address). Imports Ray."""
+    target = _target(address)
+    if target is None:
+        return None
+    prepare_to_join(address)
+    host, port = target
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+    except OSError as e:
+        return f"{option} {address}: expected a running Ray cluster's address (nothing answers at {host}:{port}: {e.strerror or e})"
+    raylet: Any = importlib.import_module("ray._raylet")  # Ray's compiled client (no types to read)
+
+    try:
+        with _stderr_silenced():
+            raylet.GcsClient(address=f"{host}:{port}").internal_kv_get(b"", None, timeout=30)
+    except Exception as e:  # Ray's own classes, whatever module a version defines them in
+        if type(e).__name__ != "AuthenticationError":
+            return f"{option} {address}: expected a Ray cluster's GCS there ({_first_line(e)})"
+        if (source := _token_source()) is None:
+            return (f"{option} {address}: expected this driver to have the cluster's token: set RAY_AUTH_TOKEN_PATH "
+                    "to the cluster's token file (mode 0600)")
+        return (f"{option} {address}: expected the cluster's own token, but it refused the one in {source}: "
+                "set RAY_AUTH_TOKEN_PATH to the cluster's token file (mode 0600)")
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def quiet_cluster_messages() -> None:
+    """Once connected: the errors the cluster publishes no longer reach this driver's stdout; a node
+    lost becomes one line on stderr. Ray's driver prints them through `print_to_stdstream` of its
+    worker module, looked up at each message, so that function is replaced (for this process)."""
+    from ray._private import worker
+
+    original = getattr(worker, "_print_to_stdstream_of_ray", worker.print_to_stdstream)
+    said: set[str] = set()
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":  # a task's own output (log_to_driver): Ray's handling as it is
+            original(data, ignore_prefix)
+            return
+        for line in data.get("lines", []):
+            if (match := _NODE_DEAD.search(str(line))) and match[1] not in said:
+                said.add(match[1])
+                print(f"ray: node {match[1][:12]} ({match[2]}) was lost; what ran there is replaced on the other "
+                      "nodes (Ray's account is in that node's Ray logs)", file=sys.stderr, flush=True)
+
+    worker._print_to_stdstream_of_ray = original
+    worker.print_to_stdstream = to_stderr

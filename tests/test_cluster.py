@@ -1,0 +1,229 @@
+"""The cluster path on a real Ray cluster of 3 nodes on this machine (tools/local_cluster.py), as
+docs/ray.md tells a user to drive it: the cluster's token in RAY_AUTH_TOKEN_PATH alone, then
+`--ray-address`. One cluster for the whole module (Ray takes tens of seconds to start 3 nodes on
+2 cores); the test that loses a node runs last, and every test checks what it started left nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from game.vector.private_ray import ray_installed
+from tests import process_table
+from tests.conftest import MARK, REPO, Cli, wait_until_no_processes
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
+
+TOOL = REPO / "tools" / "local_cluster.py"
+TINY = ("--updates", "2", "--worker-steps", "8", "--minibatches", "1", "--epochs", "1")
+
+
+@dataclass
+class LocalCluster:
+    process: subprocess.Popen[str]
+    marker: str  # in the environment of every process of every node
+    exports: dict[str, str]  # what the tool printed, NAME=value
+
+    @property
+    def address(self) -> str:
+        return self.exports["RAY_ADDRESS"]
+
+    def nodes(self) -> list[dict]:
+        return json.loads(Path(self.exports["LOCAL_CLUSTER_NODES"]).read_text())
+
+    def driver_env(self, cli: Cli, **changes: str | None) -> dict[str, str]:
+        """A driver's environment as docs/ray.md sets it: the token's path, no RAY_AUTH_MODE (the
+        commands set it), then `changes` (None: removed)."""
+        env = {k: v for k, v in cli.env().items() if not k.startswith("RAY_")}
+        env["RAY_AUTH_TOKEN_PATH"] = self.exports["RAY_AUTH_TOKEN_PATH"]
+        for name, value in changes.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+        return env
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """tools/local_cluster.py --nodes 3 --cpus-per-node 1, stopped (SIGTERM) after the module's
+    tests; it must leave no process and no folder."""
+    if not ray_installed():
+        pytest.skip('Ray is not installed (pip install -e ".[ray]")')
+    marker = Cli().marker
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update({MARK: marker, "PYTHONPATH": str(REPO)})
+    log = tmp_path_factory.mktemp("local-cluster") / "stderr"
+    process = subprocess.Popen([sys.executable, str(TOOL), "--nodes", "3", "--cpus-per-node", "1"], cwd=REPO, env=env,
+                               stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+    exports: dict[str, str] = {}
+    try:
+        assert process.stdout is not None
+        while "LOCAL_CLUSTER_NODES" not in exports:  # the tool prints its lines once every node is up
+            line = process.stdout.readline()
+            assert line, f"the cluster did not start (exit {process.wait()}): {log.read_text()[-3000:]}"
+            name, _, value = line.strip().partition("=")
+            exports[name] = value
+        yield LocalCluster(process, marker, exports)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=180)
+        folder = Path(exports["RAY_AUTH_TOKEN_PATH"]).parent if "RAY_AUTH_TOKEN_PATH" in exports else None
+        assert process.returncode == 0, log.read_text()[-3000:]
+        assert wait_until_no_processes(marker) == []
+        assert folder is None or not folder.exists()
+
+
+def run_driver(cluster: LocalCluster, cli: Cli, module: str, *args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=cluster.driver_env(cli, **env),
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_local_cluster_listens_on_loopback_only_with_a_private_token(local_cluster: LocalCluster) -> None:
+    assert list(local_cluster.exports) == ["RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "LOCAL_CLUSTER_NODES"]
+    assert local_cluster.address.startswith("127.0.0.1:")
+    nodes = local_cluster.nodes()
+    assert [n["name"] for n in nodes] == ["head", "node-2", "node-3"] and len({n["node_id"] for n in nodes}) == 3
+    pids = process_table.marked(MARK, local_cluster.marker)
+    listening = {pid: process_table.listening_sockets(pid) for pid in pids}
+    assert {n["raylet_pid"] for n in nodes} <= {pid for pid, sockets in listening.items() if sockets}
+    beyond = [(pid, a, port) for pid, sockets in listening.items() for a, port in sockets if not process_table.is_loopback(a)]
+    assert beyond == []
+    token = Path(local_cluster.exports["RAY_AUTH_TOKEN_PATH"])
+    assert stat.S_IMODE(token.lstat().st_mode) == 0o600 and stat.S_IMODE(token.parent.lstat().st_mode) == 0o700
+
+
+def test_a_driver_without_the_clusters_token_or_with_another_is_refused_in_one_line(
+        local_cluster: LocalCluster, tmp_path: Path) -> None:
+    cli = Cli()
+    other = tmp_path / "other_token"
+    other.write_text("0" * 64)
+    other.chmod(0o600)
+    home = tmp_path / "home"
+    home.mkdir()
+    address = local_cluster.address
+    cases = {
+        "none": ({"RAY_AUTH_TOKEN_PATH": None, "HOME": str(home)},
+                 f"error: --ray-address {address}: expected this driver to have the cluster's token: set RAY_AUTH_TOKEN_PATH "
+                 "to the cluster's token file (mode 0600)"),
+        "another": ({"RAY_AUTH_TOKEN_PATH": str(other)},
+                    f"error: --ray-address {address}: expected the cluster's own token, but it refused the one in "
+                    f"RAY_AUTH_TOKEN_PATH={other}: set RAY_AUTH_TOKEN_PATH to the cluster's token file (mode 0600)"),
+    }
+    commands = {"none": ("experiments.breakout", "--backend", "ray"),  # each command refuses through the same check
+                "another": ("experiments.sweep", "--grid", "learning_rate=1e-4,2e-4")}
+    for name, (env, line) in cases.items():
+        data = tmp_path / name
+        result = run_driver(local_cluster, cli, *commands[name], "--ray-address", address, "--data-dir", str(data), *TINY, **env)
+        assert (result.returncode, result.stdout, result.stderr) == (2, "", line + "\n"), result.stderr[-3000:]
+        assert not data.exists()  # nothing started
+    assert cli.leftovers() == []
+
+
+def test_a_sweeps_trials_spread_over_nodes_and_its_csv_names_each_trials_node(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    cli = Cli()
+    result = run_driver(local_cluster, cli, "experiments.sweep", "--ray-address", local_cluster.address,
+                        "--grid", "learning_rate=1e-4,2e-4", "--workers-per-trial", "1", "--cpus-per-trial", "1",
+                        "--data-dir", str(tmp_path), *TINY)
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    with Path(result.stdout.splitlines()[-1]).open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    nodes = [r["node_id"] for r in rows]
+    assert len(set(nodes)) == 2 and set(nodes) <= {n["node_id"] for n in local_cluster.nodes()}, nodes
+    for row in rows:  # each trial's own summary says the same node
+        assert json.loads((Path(row["run_dir"]) / "summary.json").read_text())["node_id"] == row["node_id"]
+    assert cli.leftovers() == []
+
+
+def test_a_populations_members_spread_over_nodes_and_its_lineage_names_them(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    """2 members of 1 CPU on nodes of 1 CPU each: 2 nodes; the exploit's row names the member's and the donor's."""
+    from experiments.pbt.population import PrivateDashboard  # the members' live channel, as a population starts its own
+
+    cli = Cli()
+    runs = tmp_path / "runs"
+    (tmp_path / "dashboard").mkdir()
+    with PrivateDashboard(tmp_path / "dashboard", runs) as dashboard:
+        result = run_driver(local_cluster, cli, "experiments.pbt", "--ray-address", local_cluster.address, "--dashboard", dashboard.url,
+                            "--population", "2", "--interval", "1", "--n-workers", "1", "--cpus-per-member", "1",
+                            "--data-dir", str(runs), *TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [lineage] = result.stdout.splitlines()
+    with Path(lineage).open(newline="") as f:
+        [row] = list(csv.DictReader(f))  # the one exploit, after update 1
+    ids = {n["node_id"] for n in local_cluster.nodes()}
+    assert row["node_id"] != row["donor_node_id"] and {row["node_id"], row["donor_node_id"]} <= ids, row
+    assert cli.leftovers() == []
+
+
+def test_a_runs_actors_spread_over_nodes_and_one_lost_with_its_node_is_replaced_with_no_orphan_left(
+        local_cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Last: it leaves the cluster a node short. A held run (tests/conftest.py's HELD_RUN), its 2
+    actors on 2 nodes (1 CPU a node), is mid-training when the node of one of them is killed (its
+    raylet, SIGKILL). Its summary names the nodes its actors used, the lost one's and the new one's."""
+    cli = Cli()
+    for name in [n for n in os.environ if n.startswith("RAY_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", local_cluster.exports["RAY_AUTH_TOKEN_PATH"])
+    hold = tmp_path / "hold"
+    run = cli.start_held(hold, "--backend", "ray", "--ray-address", local_cluster.address, "--n-workers", "2",
+                         "--envs-per-worker", "1", "--data-dir", str(tmp_path / "runs"), "--updates", "2",
+                         "--worker-steps", "8", "--minibatches", "1", "--epochs", "1", until="release")
+    [summary_path] = (tmp_path / "runs").rglob("summary.json")
+    ids = {n["node_id"] for n in local_cluster.nodes()}
+    used = json.loads(summary_path.read_text())["ray_nodes"]
+    assert len(used) == 2 and set(used) <= ids, used
+    victim = next(n for n in local_cluster.nodes() if n["name"] != "head" and n["node_id"] in used)
+    os.kill(victim["raylet_pid"], signal.SIGKILL)
+    assert _wait_dead(victim["process_pid"])  # its node's supervisor ends with what was left of the node
+    orphans = [pid for pid in process_table.marked(MARK, local_cluster.marker)
+               if _environ(pid).get("RAY_RAYLET_PID") == str(victim["raylet_pid"])]
+    assert orphans == []  # no worker of the lost node lives on
+    hold.with_suffix(".go").touch()
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err[-3000:]
+    assert out.splitlines() == [str(summary_path)]
+    summary = json.loads(summary_path.read_text())
+    assert summary["status"] == "completed" and summary["updates"] == 2 and summary["worker_restarts"] >= 1, summary
+    assert summary["env_steps"] == 2 * 2 * 8  # every update's steps once: none counted twice
+    assert summary["ray_nodes"][:2] == used and set(summary["ray_nodes"]) == ids, summary  # the new actor's node added
+    assert summary["node_id"] in ids  # the node the driver joined through
+    assert "replaced it (restart 1)" in err, err[-3000:]
+    assert "state-dump" not in err and "Raylet is terminated" not in err, err[-3000:]  # Ray's account stays in its logs
+    assert [line for line in err.splitlines() if "was lost" in line] == [
+        f"ray: node {victim['node_id'][:12]} (127.0.0.1) was lost; what ran there is replaced on the other nodes "
+        "(Ray's account is in that node's Ray logs)"], err[-3000:]
+    with (summary_path.parent / "updates.csv").open() as f:
+        assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2]
+    assert cli.leftovers() == []
+
+
+def _wait_dead(pid: int, timeout_s: float = 120) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while process_table.is_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(v.decode(errors="replace").split("=", 1) for v in raw.split(b"\0") if b"=" in v)
+

@@ -1,0 +1,226 @@
+"""A Ray cluster of several nodes on this machine, to try the cluster path before a real one (and
+for the tests): each node a raylet of its own, every port on loopback, token authentication on.
+
+    python tools/local_cluster.py --nodes 3 --cpus-per-node 1
+
+Once every node is up it prints, one `NAME=value` a line, what a driver needs to join, ready to
+`export` (`eval "$(…)"` or copy them): `RAY_ADDRESS` (the head's GCS), `RAY_AUTH_TOKEN_PATH` (the
+cluster's token: 256 random bits in a 0600 file inside a fresh 0700 folder, made before any node
+starts) and `LOCAL_CLUSTER_NODES` (a JSON file naming each node: its Ray node id, its raylet's pid
+and its supervising process's pid; kill a raylet to lose that node). It runs until SIGTERM or
+SIGINT, then stops every node (workers first, the head last; by pid) and removes its folder.
+
+Why every node is on 127.0.0.1: Ray's servers listen on loopback only when their node's address
+is 127.0.0.1, and on every interface for any other address (127.0.0.2 included). So every node
+has that address and its own ports, and Ray is imported with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+(Ray's single-machine switch) so that it keeps it: a driver joining a loopback address does the
+same (game/vector/private_ray.py). `ray start` cannot be used: with that switch it refuses every
+node but the head, so each node is started here through Ray's `Node`, one process per node.
+
+Each node's process watches its raylet and reaps it the moment it ends: a raylet left a zombie
+still looks alive to its workers (they check their raylet's pid), so the actors of a lost node
+would live on as orphans. It is also the subreaper of its node's processes and ends whatever of
+them is left, so nothing outlives a lost node; and it ends with this tool (a parent-death signal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+OBJECT_STORE_BYTES = 96 * 1024 * 1024  # per node: the actors' replies are small, and nodes share one machine's memory
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python tools/local_cluster.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=3, metavar="N", help="nodes, the head included, 1 to 16 (default 3)")
+    parser.add_argument("--cpus-per-node", type=int, default=1, metavar="C", help="logical CPUs each node offers, 1 to 64 (default 1)")
+    parser.add_argument("--node", choices=("head", "worker"), help=argparse.SUPPRESS)  # one node's own process
+    parser.add_argument("--gcs", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not 1 <= args.nodes <= 16:
+        parser.error(f"--nodes {args.nodes}: expected an integer from 1 to 16")
+    if not 1 <= args.cpus_per_node <= 64:
+        parser.error(f"--cpus-per-node {args.cpus_per_node}: expected an integer from 1 to 64")
+    return args
+
+
+# ---- one node (its own process) ------------------------------------------------------------------
+
+def _prctl(option: int, value: int) -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def run_node(args: argparse.Namespace) -> int:
+    """Starts one node, prints `UP <gcs address> <node id> <raylet pid>`, then waits: a SIGTERM stops
+    the node; its raylet ending (killed: the node is lost) ends the node's other processes too."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # the tool gone (even by SIGKILL), its nodes go too
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # orphans of this node's processes come back here, not to init
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the tool's to act on, in its order
+    os.environ[LOCAL_ONLY_VARIABLE] = "0"  # before `import ray`: keep 127.0.0.1, Ray's loopback-only address
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    head = args.node == "head"
+    options: dict[str, Any] = dict(num_cpus=args.cpus_per_node, num_gpus=0, node_ip_address=LOOPBACK,
+                                   temp_dir=str(Path(args.folder) / "ray"), include_dashboard=False,
+                                   object_store_memory=OBJECT_STORE_BYTES, min_worker_port=0, max_worker_port=0,
+                                   node_manager_port=0)
+    if head:
+        # A lost node noticed in about 3 s rather than Ray's 30: until then the scheduler may still
+        # place a replacement on it.
+        options.update(gcs_server_port=0, _system_config={"health_check_period_ms": 1000, "health_check_failure_threshold": 3})
+    else:
+        options.update(gcs_address=args.gcs, include_log_monitor=False)
+    params = RayParams(**options)
+    params.dashboard_agent_listen_port = None  # a free port, not Ray's fixed default that another Ray may hold
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        node = Node(params, head=head, shutdown_at_exit=False, spawn_reaper=False)
+    except BaseException:  # Ray gave up (its raylet did not register in 30 s): what it started goes too
+        _end_descendants()
+        raise
+    raylet = node.all_processes["raylet"][0].process
+    print(f"UP {node.gcs_address} {node.node_id} {raylet.pid}", flush=True)
+    def reap_raylet() -> None:  # the moment it ends
+        raylet.wait()
+        stopping.set()
+
+    threading.Thread(target=reap_raylet, daemon=True).start()
+    stopping.wait()
+    lost = raylet.poll() is not None
+    node.kill_all_processes(check_alive=False, allow_graceful=not lost)
+    _end_descendants()
+    if lost:
+        print(f"local_cluster: node {node.node_id} lost (its raylet ended); its processes were ended", file=sys.stderr, flush=True)
+    return 0
+
+
+def _end_descendants() -> None:
+    """Every process still below this one (workers whose raylet is gone, re-parented here): SIGKILL,
+    then reaped, so none outlives its node."""
+    import psutil
+
+    me = psutil.Process()
+    for _ in range(50):
+        left = me.children(recursive=True)
+        if not left:
+            return
+        for child in left:
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(left, timeout=0.2)
+        while True:  # orphans re-parented here are our children now: reap them
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+
+
+# ---- the cluster ---------------------------------------------------------------------------------
+
+def private_folder() -> tuple[Path, Path]:
+    """A fresh 0700 folder and, in it, the cluster's token file, created 0600 (O_EXCL, never through
+    a link) before any node reads it."""
+    import secrets
+
+    folder = Path(tempfile.mkdtemp(prefix="ray-cluster-"))  # mode 0700
+    token = folder / "auth_token"
+    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return folder, token
+
+
+class Cluster:
+    def __init__(self, folder: Path, token: Path) -> None:
+        self.folder, self.token = folder, token
+        self.nodes: list[tuple[subprocess.Popen[str], dict[str, Any]]] = []
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), **{LOCAL_ONLY_VARIABLE: "0"})
+
+    def start_node(self, kind: str, cpus: int, gcs: str | None = None, tries: int = 2) -> dict[str, Any]:
+        """One node, returned once up. One at a time, and tried again once: Ray gives a raylet 30 s
+        to register, which a loaded machine of 2 cores starting several at once can miss."""
+        argv = [sys.executable, str(Path(__file__).resolve()), "--node", kind, "--cpus-per-node", str(cpus), "--folder", str(self.folder)]
+        if gcs is not None:
+            argv += ["--gcs", gcs]
+        for attempt in range(tries):
+            # A session of its own: a Ctrl-C at the terminal reaches this tool alone, which stops the nodes in order.
+            process = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            self.nodes.append((process, {"process_pid": process.pid}))
+            line = process.stdout.readline() if process.stdout else ""
+            if line.startswith("UP "):
+                break
+            process.wait()  # it ended what it had started
+            if attempt == tries - 1:
+                raise RuntimeError(f"a {kind} node did not start (exit {process.returncode}); Ray's logs: {self.folder / 'ray'}")
+            print(f"local_cluster: a {kind} node did not start (exit {process.returncode}); trying again", file=sys.stderr, flush=True)
+        _, address, node_id, raylet = line.split()
+        info = self.nodes[-1][1]
+        info.update({"name": "head" if kind == "head" else f"node-{len(self.named()) + 1}", "node_id": node_id,
+                     "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address})
+        (self.folder / "nodes.json").write_text(json.dumps(self.named(), indent=1))
+        return info
+
+    def named(self) -> list[dict[str, Any]]:
+        return [info for _, info in self.nodes if "name" in info]
+
+    def stop(self) -> None:
+        """Worker nodes first (their raylets report to the head), then the head; each by its pid."""
+        for process, _ in reversed(self.nodes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)  # its own session: the node's processes alone
+                    process.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.node is not None:
+        return run_node(args)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    folder, token = private_folder()
+    cluster = Cluster(folder, token)
+    try:
+        head = cluster.start_node("head", args.cpus_per_node)
+        for _ in range(args.nodes - 1):
+            if stop.is_set():
+                return 130
+            cluster.start_node("worker", args.cpus_per_node, head["gcs_address"])
+        print(f"RAY_ADDRESS={head['gcs_address']}\nRAY_AUTH_TOKEN_PATH={token}\nRAY_AUTH_MODE=token\n"
+              f"LOCAL_CLUSTER_NODES={folder / 'nodes.json'}", flush=True)
+        print(f"local_cluster: {args.nodes} nodes up, {args.cpus_per_node} CPUs each; SIGTERM or Ctrl-C stops them",
+              file=sys.stderr, flush=True)
+        stop.wait()
+        return 0
+    finally:
+        cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
