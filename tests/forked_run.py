@@ -39,7 +39,7 @@ SESSION_ENV = dict(os.environ)
 
 def zygote_env() -> dict[str, str]:
     """The session's environment as the tests' runs get it, with a placeholder for the marker that
-    each run writes its own over (tests/zygote.py `show_marker`)."""
+    each run writes its own over (tests/zygote.py `show`)."""
     env = dict(SESSION_ENV, PYTHONUNBUFFERED="1", **{MARK: "0" * 32})
     env.pop("labml_app_url", None)
     return env
@@ -60,7 +60,7 @@ class Zygote:
         if self.process is None:
             self.folder = tempfile.mkdtemp(prefix="zygote-")
             path = os.path.join(self.folder, "socket")
-            self.process = subprocess.Popen([sys.executable, "-c", BOOT, str(REPO / "tests" / "zygote.py"), path],
+            self.process = subprocess.Popen([sys.executable, "-c", BOOT, str(REPO / "tests" / "zygote.py"), path, " " * 8192],
                                             cwd=REPO, env=zygote_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             assert self.process.stdout is not None
             ready = self.process.stdout.readline()

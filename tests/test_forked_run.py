@@ -56,10 +56,14 @@ def test_a_forked_run_is_the_command_a_plain_interpreter_runs(tmp_path: Path) ->
     assert (module.returncode, module.stdout) == (5, f"{[str(tmp_path / 'command.py'), 'x']} {tmp_path}\n"), module.stderr
 
 
+SLEEPER = "import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\nprint('up', flush=True)\ntime.sleep(600)"
+
+
 def test_signals_reach_the_run_itself_and_its_end_is_read_as_from_a_child() -> None:
     cli = Cli()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-        process = forked_run.popen([sys.executable, "-c", "import time\nprint('up', flush=True)\ntime.sleep(600)"],
+        # SIGINT's handler set as an interactive shell leaves it (a background job inherits it ignored)
+        process = forked_run.popen([sys.executable, "-c", SLEEPER],
                                    cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert isinstance(process, forked_run.ForkedPopen)
         assert process.stdout is not None and process.stdout.readline() == "up\n"
@@ -75,7 +79,7 @@ def test_signals_reach_the_run_itself_and_its_end_is_read_as_from_a_child() -> N
 
 
 def test_what_the_libraries_read_at_import_if_changed_gets_a_plain_interpreter() -> None:
-    for changed in ({"OMP_NUM_THREADS": "1"}, {"PYTHONPATH": str(REPO)}, {"NEW_VARIABLE": "x"}):
+    for changed in ({"OMP_NUM_THREADS": "1"}, {"PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}, {"NEW_VARIABLE": "x"}):
         env = dict(Cli().env(), **changed)
         process = forked_run.popen([sys.executable, "-c", "import sys; print('torch' in sys.modules)"], cwd=REPO,
                                    env=env, stdout=subprocess.PIPE, text=True)

@@ -5,7 +5,7 @@ for runs). It imports nothing of this project: each child imports our code afres
 command's `main` exactly as `python -m module args` or `python -c code args` would, then leaves
 through the interpreter's own exit (exit codes, tracebacks, atexit, death by SIGINT).
 
-Started as `python -c BOOT this_file socket_path`; it serves until its stdin closes (the pytest
+Started as `python -c BOOT this_file socket_path ROOM` (ROOM: blanks, room for a run's command line); it serves until its stdin closes (the pytest
 process that started it ended, however it ended) or it is interrupted."""
 
 from __future__ import annotations
@@ -197,10 +197,10 @@ def become(request: dict, fds: list[int]) -> None:
         os.setsid()
     os.umask(request["umask"])
     os.chdir(request["cwd"])
-    show_marker(request["env"].get(MARK, ""))
+    mode, target, args = request["mode"], request["target"], request["args"]
+    show(request["env"].get(MARK, ""), [sys.executable, mode, target, *args])
     os.environ.clear()
     os.environ.update(request["env"])
-    mode, target, args = request["mode"], request["target"], request["args"]
     sys.argv = [mode, *args]
     sys.orig_argv = [sys.executable, mode, target, *args]
     sys.path[0] = os.getcwd() if mode == "-m" else ""
@@ -221,17 +221,18 @@ def become(request: dict, fds: list[int]) -> None:
         exec(compile(target, "<string>", "exec"), main.__dict__)
 
 
-def show_marker(marker: str) -> None:
-    """Writes the run's marker over the zygote's placeholder of the same length, in the block of
-    the environment the process started with: that block is what /proc/PID/environ (and so
-    tests/process_table.py) reads, and a forked process keeps its parent's."""
+def show(marker: str, argv: list[str]) -> None:
+    """Writes, where /proc/PID reads them (and so tests/process_table.py, psutil, ps), what a
+    forked process would otherwise show of its parent: the run's marker over the zygote's
+    placeholder of the same length, in the environment block the process started with, and the
+    run's command line over the zygote's (its room padded at start, the rest zeroed)."""
     with open("/proc/self/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50 and 51)
-    block = ctypes.string_at(start, end - start)
-    placeholder = f"{MARK}={'0' * 32}\0".encode()
-    at = block.find(placeholder)
-    if at == -1 or not marker:
-        return
-    assert len(marker) == 32, marker
-    ctypes.memmove(start + at + len(MARK) + 1, marker.encode(), 32)
+    arg_start, arg_end, env_start, env_end = (int(field) for field in fields[45:49])  # fields 48 to 51
+    command = b"\0".join(os.fsencode(part) for part in argv)[:arg_end - arg_start - 1]
+    ctypes.memmove(arg_start, command.ljust(arg_end - arg_start, b"\0"), arg_end - arg_start)
+    block = ctypes.string_at(env_start, env_end - env_start)
+    at = block.find(f"{MARK}={'0' * 32}\0".encode())
+    if at != -1 and marker:
+        assert len(marker) == 32, marker
+        ctypes.memmove(env_start + at + len(MARK) + 1, marker.encode(), 32)
