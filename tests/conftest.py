@@ -26,7 +26,7 @@ from game.vector import PipePool, game_specs
 from game.vector.private_ray import ray_installed, start_private_ray, stop_ray
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
-from tests import process_table
+from tests import forked_run, process_table
 from tests.made_once import made_once, set_root
 
 # Every process a test's run starts (workers, the forkserver, the resource tracker) inherits this
@@ -117,7 +117,8 @@ def wait_for_file(path: Path, process: subprocess.Popen[str], timeout_s: float =
 
 
 class Cli:
-    """Runs `python -m <module> ...` from the repo with a unique marker in its environment."""
+    """Runs `python -m <module> ...` from the repo with a unique marker in its environment, each run
+    forked from a Python that has already imported torch and the other libraries (tests/forked_run.py)."""
 
     def __init__(self) -> None:
         self.marker = uuid.uuid4().hex
@@ -130,17 +131,16 @@ class Cli:
     def run(self, module: str, *args: str, timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
         """From the repo, or from `cwd` with the repo's code (as a user runs it from their own folder)."""
         env = self.env() if cwd == REPO else dict(self.env(), PYTHONPATH=str(REPO))
-        return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        return forked_run.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, text=True, timeout=timeout)
 
     def start(self, module: str, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO, env=self.env(),
+        return forked_run.popen([sys.executable, "-m", module, *args], cwd=REPO, env=self.env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def start_held(self, hold_file: Path, *args: str, until: str = "stop") -> subprocess.Popen[str]:
         """`experiments.breakout *args`, returned once it holds after its first checkpoint (see HELD_RUN)."""
         env = dict(self.env(), HOLD_FILE=str(hold_file), HOLD_UNTIL=until)
-        process = subprocess.Popen([sys.executable, "-c", HELD_RUN, *args], cwd=REPO, env=env,
+        process = forked_run.popen([sys.executable, "-c", HELD_RUN, *args], cwd=REPO, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for_file(hold_file, process)
         return process
@@ -176,6 +176,12 @@ def run_once(cli: Cli, data_dir: Path, *args: str) -> dict:
         path.write_text(path.read_text().replace(str(made), str(data_dir)))
     (summary_path,) = data_dir.rglob("summary.json")
     return json.loads(summary_path.read_text())
+
+
+def pytest_sessionfinish() -> None:
+    """Each pytest process (each xdist worker) stops the zygote it started, if any; were this
+    skipped (a crash, a kill), the zygote ends anyway when its stdin, this process's pipe, closes."""
+    forked_run.ZYGOTE.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)

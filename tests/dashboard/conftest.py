@@ -11,6 +11,7 @@ import pytest
 from browser import Chromium
 from dashboard_support import Dashboard, finished_probe_run, marked_processes
 
+from tests.forked_run import ZYGOTE
 from tests.process_table import descendants
 
 _shared_chromium: list[Chromium] = []
@@ -38,6 +39,7 @@ def no_leftover_processes() -> Iterator[None]:
     chromiums = shared_chromium_processes()
     left = (set(descendants(os.getpid())) | marked_processes()) - before
     left -= chromiums | shared_chromium_processes()  # read before and after: a renderer may come or go meanwhile
+    left -= {ZYGOTE.pid()}  # started by the test's first run, it serves the session's runs
     assert not left, f"processes left behind: {described(left)}"
 
 
