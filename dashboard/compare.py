@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.datastructures import QueryParams
