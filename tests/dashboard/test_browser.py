@@ -66,3 +66,19 @@ def test_hyperparameter_page_lists_the_live_values_and_is_off_for_an_ended_run(
     assert link_off and link[0] == "Live hyperparameters: off" and "is completed" in link[1]
     _status, info = dashboard.request("GET", f"/api/v1/hyperparams/{finished_run}")
     assert info["params"]["learning_rate"]["pending"] is None
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_hyperparameter_page_fits_the_width_with_its_inputs_on_screen(
+        dashboard: Dashboard, finished_run: str, width: int, tmp_path: Path, no_leftover_processes: None,
+        chromium: Chromium) -> None:
+    with chromium.tab(width=width, height=900) as browser:
+        browser.load(f"{dashboard.url}/hyperparams/{finished_run}")
+        assert browser.wait_until("document.querySelectorAll('#params input').length === 5", PAGE_LIMIT_S)
+        page = browser.evaluate("""(() => ({wide: document.scrollingElement.scrollWidth, inner: innerWidth,
+            inputs: [...document.querySelectorAll('#params input')].map(i => i.getBoundingClientRect())
+                .every(r => r.left >= 0 && r.right <= innerWidth && r.width >= 80),
+            labels: [...document.querySelectorAll('#params tr')][0].querySelector('input').closest('td').dataset.label}))()""")
+        browser.screenshot(tmp_path / f"hyperparams-{width}.png")
+    assert page["wide"] <= page["inner"] == width, page  # no sideways scrolling (a vertical scrollbar may take some)
+    assert page["inputs"] and page["labels"] == "new value", page
