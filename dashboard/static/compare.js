@@ -85,7 +85,11 @@ function series(answer, palette) {  // each run's points on the chosen x axis
 }
 
 function csvOf(metric, runs) {
-    const quote = (v) => /[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v;
+    // A name a spreadsheet would take for a formula (=, +, -, @) is written as text.
+    const quote = (v) => {
+        const text = /^[=+\-@\t\r]/.test(v) ? `'${v}` : v;
+        return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+    };
     const lines = ['run_uuid,name,step,training_seconds,value,smoothed'];
     for (const run of runs) {
         const smoothed = window.CompareChart.smooth(run.ys, smoothing);

@@ -144,7 +144,7 @@ def test_the_page_needs_nothing_from_outside(dashboard: Dashboard) -> None:
     assert status == 200 and '<script src="/_dashboard/compare.js" defer></script>' in page
     assert "/_vendor/bootstrap-5.0.0-beta2/dist/css/bootstrap.min.css" in page
     assert not re.search(r"(src|href)=\"(https?:)?//", page)  # every library local: the dashboard works offline
-    for name in ("compare.js", "compare.css", "compare-pick.js"):
+    for name in ("compare.js", "compare-chart.js", "compare.css", "compare-pick.js"):
         assert dashboard.request("GET", f"/_dashboard/{name}")[0] == 200
 
 

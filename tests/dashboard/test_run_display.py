@@ -11,8 +11,8 @@ from dashboard.run_display import (
     initial_selected_configs,
     keep_machine_choices,
     list_summary,
-    seed_of,
     preference_when_score_appears,
+    seed_of,
     with_live_values,
 )
 
