@@ -158,8 +158,8 @@ function table(palette) {
         name.appendChild(el('a', {href: `/run/${uuid}`}, run.name));
         name.appendChild(el('span', {class: 'text-secondary'}, ` ${uuid.slice(0, 8)}`));
         tr.append(name, el('td', {class: 'seed', 'data-label': 'seed'}, run.seed === null ? '—' : String(run.seed)),
-            el('td', {class: 'status', 'data-label': 'status'}, run.status),
-            el('td', {class: 'started', 'data-label': 'started'}, when(run.start_time)),
+            el('td', {class: 'run-status', 'data-label': 'status'}, run.status),
+            el('td', {class: 'run-started', 'data-label': 'started'}, when(run.start_time)),
             el('td', {class: 'live', 'data-label': 'live values changed'}, liveText(run.live)));
         for (const metric of chosenMetrics) {
             const s = answers[metric].runs[uuid];

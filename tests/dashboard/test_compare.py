@@ -278,8 +278,8 @@ def test_runs_keep_their_colours_say_when_and_how_they_ran_and_scores_start_at_a
                 swatches: Object.fromEntries([...document.querySelectorAll('#runs-body tr')].map(tr =>
                     [tr.dataset.run, tr.querySelector('.swatch').style.background])),
                 curves: Object.fromEntries([...document.querySelectorAll('.curve')].map(p => [p.dataset.run, p.getAttribute('stroke')])),
-                rows: [...document.querySelectorAll('#runs-body tr')].map(tr => [tr.querySelector('.status').textContent,
-                    tr.querySelector('.started').textContent]),
+                rows: [...document.querySelectorAll('#runs-body tr')].map(tr => [tr.querySelector('.run-status').textContent,
+                    tr.querySelector('.run-started').textContent]),
                 picker: [...document.querySelectorAll('.pick-run')].map(l => l.textContent)}))()""")
         csv_rows = exported_csv(browser, "score_mean_100")
     colour = shown[(a, b)]["curves"]
