@@ -65,6 +65,11 @@
         return Math.abs(xs[lo] - target) <= Math.abs(xs[hi] - target) ? lo : hi;
     }
 
+    // Where the mouse is over which chart, and whether a drag is under way: a redraw (new points of a
+    // live run) keeps the cursor where the mouse is, and waits for the end of a drag.
+    let pointer = null;
+    let dragging = false;
+
     // spec: {metric, runs: [{uuid, name, color, xs, ys}], xLabel, xText(v), smoothing, zoom: [lo, hi] | null,
     // onZoom([lo, hi])}. Returns the svg (without its cursor) for the PNG export.
     function draw(figure, spec) {
@@ -168,8 +173,10 @@
         svg.addEventListener('pointerdown', (event) => {
             if (event.pointerType === 'touch') return;  // a finger scrolls the page; it zooms with the buttons' reset only
             dragFrom = toValue(event);
+            dragging = true;
         });
         svg.addEventListener('pointermove', (event) => {
+            pointer = {metric: spec.metric, clientX: event.clientX, clientY: event.clientY};
             show(event);
             if (dragFrom === null) return;
             const [a, b] = [dragFrom, toValue(event)].map((v) => x(Math.min(Math.max(v, x0), x1))).sort((p, q) => p - q);
@@ -177,19 +184,21 @@
             band.setAttribute('width', b - a);
             band.setAttribute('visibility', 'visible');
         });
-        svg.addEventListener('pointerleave', hide);
+        svg.addEventListener('pointerleave', () => { pointer = null; hide(); });
         window.addEventListener('pointerup', function up(event) {
             if (!svg.isConnected) { window.removeEventListener('pointerup', up); return; }
             if (dragFrom === null) return;
             const [a, b] = [dragFrom, toValue(event)].map((v) => Math.min(Math.max(v, x0), x1)).sort((p, q) => p - q);
             dragFrom = null;
+            dragging = false;
             band.setAttribute('visibility', 'hidden');
             if (b - a > (x1 - x0) / 100) spec.onZoom([a, b]);  // a click is no zoom
         });
+        if (pointer && pointer.metric === spec.metric) show(pointer);
         exported.querySelector('.cursor').remove();
         exported.querySelector('.zoom-band').remove();
         return exported;
     }
 
-    window.CompareChart = {draw, smooth, fmt};
+    window.CompareChart = {draw, smooth, fmt, dragging: () => dragging};
 }());

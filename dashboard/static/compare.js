@@ -4,10 +4,12 @@
 // start, changed live values and last values. Each chart's shown series export as CSV, the chart as PNG.
 'use strict';
 
-// A run's colour comes from its uuid, so it keeps it from one comparison to the next; two runs of
-// one page that would share a colour are told apart by the next free one, in uuid order.
-const COLORS = ['#1f77b4', '#e6550d', '#31a354', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f',
+// A run's colour comes from its uuid, so it keeps it from one comparison to the next: one of the
+// first ten (well apart from each other); two runs of one page that would share a colour are told
+// apart by the next free one of the ten, in uuid order (the last six only past ten runs).
+const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f',
     '#bcbd22', '#17becf', '#393b79', '#ad494a', '#637939', '#843c39', '#7b4173', '#3182bd'];
+const HASHED = 10;
 const REFRESH_MS = 10000;  // runs that are still training get new points
 const {fmt} = window.CompareChart;
 const message = document.getElementById('message');
@@ -18,6 +20,7 @@ let smoothing = Math.min(0.99, Math.max(0, Number(query.get('smooth')) || 0));
 let xAxis = query.get('x') === 'time' ? 'time' : 'steps';
 let zoom = null;  // [lo, hi] of the x axis, or null: every point
 let answers = null;  // the last answers by metric, to redraw without asking again
+let lastSeen = null;  // those answers as JSON
 let loading = false;
 
 function listParam(name) {
@@ -50,9 +53,10 @@ function hash(text) {  // FNV-1a, 32 bits
 function colors(uuids) {
     const taken = new Map();
     for (const uuid of [...uuids].sort()) {
-        let i = hash(uuid) % COLORS.length;
-        for (let k = 0; k < COLORS.length && [...taken.values()].includes(COLORS[i]); k++) i = (i + 1) % COLORS.length;
-        taken.set(uuid, COLORS[i]);
+        const first = hash(uuid) % HASHED;
+        const order = [...COLORS.keys()].map((k) => k < HASHED ? (first + k) % HASHED : k);
+        const free = order.find((k) => ![...taken.values()].includes(COLORS[k]));
+        taken.set(uuid, COLORS[free === undefined ? first : free]);
     }
     return taken;
 }
@@ -220,8 +224,13 @@ async function load() {
     message.textContent = first.metric === null ? 'These runs have recorded no metric yet.' : '';
     message.className = '';
     metricChoices(first.metrics);
-    answers = first.metric === null ? null : got;
-    if (answers) redraw();
+    // Redrawn only when the runs sent something new, and never under a drag that zooms.
+    const seen = JSON.stringify(got);
+    if (first.metric !== null && seen !== lastSeen && !window.CompareChart.dragging()) {
+        answers = got;
+        lastSeen = seen;
+        redraw();
+    }
     document.body.dataset.loaded = 'yes';
 }
 
