@@ -1,12 +1,16 @@
 """Runs side by side: the series of one metric for a few runs, for the comparison page.
 
 `GET /api/v1/compare?runs=UUID,UUID[,…]&metric=NAME` answers
-``{"metric": NAME, "metrics": [...], "runs": {UUID: {"name", "seed", "live", "steps", "values"}}}``:
+``{"metric": NAME, "metrics": [...], "runs": {UUID: {"name", "seed", "status", "start_time", "live", "steps",
+"values", "seconds"}}}``:
 the metric's steps and values as the dashboard keeps them from what each run sent (labml-app
 keeps at most 1024 points a series; a longer run's older points are merged, as its run page shows
 them), `metrics` every metric the runs recorded (the score first), `seed` the run's seed (None
 when it has none), `live` each live hyperparameter the run now uses at another value than it
-started with: ``{"start": …, "now": …}``.  Without `metric`, the score when a run recorded it,
+started with: ``{"start": …, "now": …}``, `status` labml's (`in progress`, `completed`, `interrupted`,
+`crashed`, `no response`, `unknown`), `start_time` when it began (seconds since the epoch),
+`seconds` the run's training time at each of the steps (`training_seconds`; empty when the run
+recorded no steps per second).  Without `metric`, the score when a run recorded it,
 else the first metric recorded.  A run that did not record the metric has empty steps and values.
 
 The answer is bounded: at most `MAX_COMPARED_RUNS` runs of at most 1024 points each.
@@ -17,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.datastructures import QueryParams
@@ -25,7 +30,7 @@ from starlette.routing import Route
 from dashboard.checks import RUN_UUID_RE
 from dashboard.client import MAX_COMPARED_RUNS
 from dashboard.hyperparams import HyperParamStore, as_declared, dynamic_specs
-from dashboard.run_display import SCORE
+from dashboard.run_display import SCORE, seed_of
 from dashboard.web import BadRequest, json_endpoint
 
 MAX_METRIC_CHARS = 200
@@ -78,12 +83,6 @@ def chosen_metric(metric: str | None, recorded: list[str]) -> str | None:
     return metric
 
 
-def seed_of(configs: Mapping[str, Any]) -> int | None:
-    config = configs.get("seed")
-    computed = config.get("computed") if isinstance(config, dict) else None
-    return computed if isinstance(computed, int) and not isinstance(computed, bool) else None
-
-
 def changed_live_values(configs: Mapping[str, Any], state: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The live hyperparameters the run last reported using at another value than it started with,
     as {"start", "now"}: changed while it went (by hand, or at a population's exploit). A change
@@ -94,6 +93,20 @@ def changed_live_values(configs: Mapping[str, Any], state: Mapping[str, Mapping[
         if now is not None and now != spec.default:
             changed[key] = {"start": spec.default, "now": now}
     return changed
+
+
+def training_seconds(steps: list[int | float], sps: Mapping[str, Any] | None) -> list[float]:
+    """The run's training time at each of `steps`: each update's agent steps over its steps per
+    second (the `sps` series), summed, and read between its points; start-up, checkpoints, videos
+    and the time between legs are not in it. Empty without a usable `sps` series."""
+    if sps is None or len(sps["step"]) == 0 or not all(float(v) > 0 for v in sps["value"]):
+        return []
+    at, elapsed, before = [0.0], [0.0], 0.0
+    for step, rate in zip(sps["step"], sps["value"], strict=True):
+        elapsed.append(elapsed[-1] + (float(step) - before) / float(rate))
+        at.append(float(step))
+        before = float(step)
+    return [round(float(t), 3) for t in np.interp(steps, at, elapsed)]
 
 
 def number(x: Any) -> int | float:
@@ -124,9 +137,12 @@ def compare_runs(run_uuids: list[str], metric: str | None,
         series = tracking[run_uuid].get(metric) if metric is not None else None
         steps = [] if series is None else [number(x) for x in series["step"]]
         values = [] if series is None else [float(x) for x in series["value"]]
+        status = run_db.get_status(run_uuid)
         answer[run_uuid] = {"name": r.name, "seed": seed_of(r.configs),
+                            "status": status.get_data()["run_status"]["status"] if status is not None else "unknown",
+                            "start_time": r.start_time,
                             "live": changed_live_values(r.configs, live_state(run_uuid)),
-                            "steps": steps, "values": values}
+                            "steps": steps, "values": values, "seconds": training_seconds(steps, tracking[run_uuid].get("sps"))}
     return {"metric": metric, "metrics": recorded, "runs": answer}
 
 

@@ -233,7 +233,7 @@ def guard_requests(app: FastAPI, allowed_hosts: frozenset[str], max_body_bytes: 
 
 def present_runs(hp_store: HyperParamStore) -> None:
     """Make labml-app show runs as `run_display` describes: the score as the Metrics chart, a
-    run's live values in its configs, a short uuid, step and score in the runs list."""
+    run's live values in its configs, a short uuid, seed, step and score in the runs list."""
     from labml_app import utils
     from labml_app.analyses.experiments import metrics
     from labml_app.db import run as run_db
@@ -264,7 +264,7 @@ def present_runs(hp_store: HyperParamStore) -> None:
     def get_summary(self: Any) -> dict[str, Any]:
         analysis = metrics.MetricsAnalysis.get(self.run_uuid)
         series = {} if analysis is None else {s["name"]: s for s in analysis.get_tracking()}
-        return run_display.list_summary(stock_summary(self), series)
+        return run_display.list_summary(stock_summary(self), series, run_display.seed_of(self.configs))
 
     run_db.Run.get_summary = get_summary
 

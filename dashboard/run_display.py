@@ -11,8 +11,8 @@ labml-app's stock choices fit a generic experiment, not this one:
 - it shows a live hyperparameter as its declaration (`type: DynamicSchedule, default: …`):
   here as the value the run reported using last (else its starting value), and a change not yet
   applied as sent or pending, never as the run's value;
-- its runs list shows name, comment and status only: here also a short uuid, the step and the
-  latest score.
+- its runs list shows name, comment, status and start time only: here also a short uuid, the
+  seed, the step and the latest score.
 `labml_app_patches.present_runs` hooks these into the app; nothing here changes what is stored
 from a run's packets except the run's initial selection of configs and of its chart.
 """
@@ -127,13 +127,21 @@ def with_live_values(run_data: dict[str, Any], state: Mapping[str, Mapping[str, 
     return {**run_data, "configs": shown}
 
 
-def list_summary(summary: dict[str, Any], series: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """A runs-list entry (`Run.get_summary`) with the run's short uuid before its comment, its
-    last step and its latest score; `series` are its tracked series by name (labml-app's
-    `Series.to_data()`: `step`, `value`, ...)."""
+def seed_of(configs: Mapping[str, Any]) -> int | None:
+    """The run's seed, None when its configs have none."""
+    config = configs.get("seed")
+    computed = config.get("computed") if isinstance(config, dict) else None
+    return computed if isinstance(computed, int) and not isinstance(computed, bool) else None
+
+
+def list_summary(summary: dict[str, Any], series: Mapping[str, Mapping[str, Any]],
+                 seed: int | None = None) -> dict[str, Any]:
+    """A runs-list entry (`Run.get_summary`) with the run's short uuid and seed before its comment
+    (runs of one command share a name: these tell them apart), its last step and its latest score;
+    `series` are its tracked series by name (labml-app's `Series.to_data()`: `step`, `value`, ...)."""
     uuid = str(summary.get("run_uuid", ""))[:SHORT_UUID]
-    comment = summary.get("comment") or ""
-    shown = {**summary, "comment": f"{uuid} · {comment}" if comment else uuid}
+    parts = [uuid, *([] if seed is None else [f"seed {seed}"]), *([summary["comment"]] if summary.get("comment") else [])]
+    shown = {**summary, "comment": " · ".join(parts)}
     steps = [s["step"][-1] for s in series.values() if len(s.get("step", [])) > 0]
     if steps:
         shown["step"] = int(max(steps))

@@ -4,8 +4,9 @@
 
 First the comparison pages, on a dashboard of their own: three seeds trained by `experiments.curves
 --jobs 3` and a population of three trained by `experiments.pbt`, each page opened at the address the
-command printed (`--pages compare` makes only these two). Then two tiny Breakout runs, sent to
-another dashboard (both in a temporary folder), so that its runs list holds just these two:
+command printed, the seeds' smoothed with the cursor on the chart, and also at a phone's 390 px
+(`--pages compare` makes only these). Then two tiny Breakout runs, sent to another dashboard (both
+in a temporary folder), so that its runs list holds just these two:
 - "resumed": trained 12 updates, ended, then resumed with --dashboard to its 24th; its chart
   covers both legs, its card shows options set on the command line, the grouping this machine
   chose from its cores, and defaults; it ends completed, so its live-hyperparameter page is off;
@@ -274,14 +275,30 @@ def comparisons(dashboard: Dashboard, tmp: Path, out: Path, processes: list[Proc
         if not printed:
             raise SystemExit(f"screenshots: {name} printed no comparison page's address:\n{process.output[-3000:]}")
         addresses[name] = printed[-1].split(" on the dashboard: ", 1)[1]
-    with Browser(tmp / "chromium", width=WIDTH, height=OWN_PAGE_HEIGHT) as browser:
-        for name, url in addresses.items():
-            browser.load(url)
-            on_page(browser, f"the comparison page of the {name} with 3 curves",
-                    "document.body.dataset.loaded === 'yes' && document.querySelectorAll('.curve').length === 3",
-                    "`loaded ${document.body.dataset.loaded}, ${document.querySelectorAll('.curve').length} curves, `"
-                    " + document.getElementById('message')?.textContent")
-            save(browser, out / f"dashboard-compare-{name}.png", "document.querySelector('.page')", 1000)
+    # The seeds smoothed (the raw curves faint) with the cursor on the chart; the population as it opens.
+    addresses["seeds"] += "&smooth=0.6"
+    for width, height, names in ((WIDTH, OWN_PAGE_HEIGHT, ("seeds", "pbt")), (390, 1500, ("seeds",))):
+        with Browser(tmp / "chromium", width=width, height=height) as browser:
+            for name in names:
+                browser.load(addresses[name])
+                on_page(browser, f"the comparison page of the {name} with 3 curves",
+                        "document.body.dataset.loaded === 'yes' && document.querySelectorAll('.curve').length === 3",
+                        "`loaded ${document.body.dataset.loaded}, ${document.querySelectorAll('.curve').length} curves, `"
+                        " + document.getElementById('message')?.textContent")
+                if name == "seeds" and width == WIDTH:
+                    point_cursor(browser)
+                shot = f"dashboard-compare-{name}.png" if width == WIDTH else f"dashboard-compare-{name}-{width}px.png"
+                save(browser, out / shot, "document.querySelector('.page')", height)
+
+
+def point_cursor(browser: Browser) -> None:
+    """A mouse over the middle of the first chart: its cursor line and each run's value there."""
+    x, y = browser.evaluate("(() => { const svg = document.querySelector('.compare-chart svg');"
+                            " const p = svg.querySelector('.curve').getAttribute('points').split(' ');"
+                            " const [x, y] = p[Math.floor(p.length / 2)].split(',').map(Number);"
+                            " const r = svg.getBoundingClientRect(); return [r.left + x, r.top + y]; })()")
+    browser.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+    until("the cursor's values on the chart", lambda: browser.evaluate("document.querySelector('.chart-tip')?.hidden === false"))
 
 
 if __name__ == "__main__":

@@ -1,100 +1,145 @@
-// The comparison page: /compare?runs=UUID,UUID&metrics=NAME,NAME, backed by /api/v1/compare. One chart
-// per chosen metric, each run's curve overlaid on one axis of agent steps (SVG drawn here: the page
-// needs no library), and a table of each run's seed, changed live values and last values.
+// The comparison page: /compare?runs=UUID,UUID&metrics=NAME,NAME[&smooth=0.6][&x=time], backed by
+// /api/v1/compare. One chart per chosen metric (compare-chart.js draws it), each run's curve overlaid
+// on one x axis (agent steps, or the runs' training time), and a table of each run's seed, status,
+// start, changed live values and last values. Each chart's shown series export as CSV, the chart as PNG.
 'use strict';
 
-const SVG = 'http://www.w3.org/2000/svg';
-const COLORS = ['#1f77b4', '#e6550d', '#31a354', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f',
+// A run's colour comes from its uuid, so it keeps it from one comparison to the next: one of the
+// first ten (well apart from each other); two runs of one page that would share a colour are told
+// apart by the next free one of the ten, in uuid order (the last six only past ten runs).
+const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f',
     '#bcbd22', '#17becf', '#393b79', '#ad494a', '#637939', '#843c39', '#7b4173', '#3182bd'];
-const W = 900, H = 280, LEFT = 70, RIGHT = 16, TOP = 12, BOTTOM = 40;
+const HASHED = 10;
 const REFRESH_MS = 10000;  // runs that are still training get new points
+const {fmt} = window.CompareChart;
 const message = document.getElementById('message');
+const query = new URLSearchParams(location.search);
 let chosenRuns = listParam('runs');
 let chosenMetrics = listParam('metrics');
+let smoothing = Math.min(0.99, Math.max(0, Number(query.get('smooth')) || 0));
+let xAxis = query.get('x') === 'time' ? 'time' : 'steps';
+let zoom = null;  // [lo, hi] of the x axis, or null: every point
+let answers = null;  // the last answers by metric, to redraw without asking again
+let lastSeen = null;  // those answers as JSON
 let loading = false;
 
 function listParam(name) {
-    const value = new URLSearchParams(location.search).get(name);
+    const value = query.get(name);
     return value ? value.split(',').filter(Boolean) : [];
 }
 
 function setAddress() {
-    const query = new URLSearchParams();
-    if (chosenRuns.length) query.set('runs', chosenRuns.join(','));
-    if (chosenMetrics.length) query.set('metrics', chosenMetrics.join(','));
-    history.replaceState(null, '', `/compare?${query.toString().replace(/%2C/g, ',')}`);
+    const q = new URLSearchParams();
+    if (chosenRuns.length) q.set('runs', chosenRuns.join(','));
+    if (chosenMetrics.length) q.set('metrics', chosenMetrics.join(','));
+    if (smoothing > 0) q.set('smooth', String(smoothing));
+    if (xAxis === 'time') q.set('x', 'time');
+    history.replaceState(null, '', `/compare?${q.toString().replace(/%2C/g, ',')}`);
 }
 
-function el(tag, attrs, text, ns) {
-    const node = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
+function el(tag, attrs, text) {
+    const node = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
     if (text !== undefined) node.textContent = text;
     return node;
 }
 
-function fmt(v) {  // 4 significant digits, as the terminal writes them: 0.00025, 12.5, 3e-05
-    const shown = Number(v.toPrecision(4));
-    const a = Math.abs(shown);
-    return a !== 0 && (a < 1e-4 || a >= 1e6) ? shown.toExponential() : String(shown);
+function hash(text) {  // FNV-1a, 32 bits
+    let h = 0x811c9dc5;
+    for (const c of text) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193) >>> 0;
+    return h;
 }
 
-function stepText(v) {
+function colors(uuids) {
+    const taken = new Map();
+    for (const uuid of [...uuids].sort()) {
+        const first = hash(uuid) % HASHED;
+        const order = [...COLORS.keys()].map((k) => k < HASHED ? (first + k) % HASHED : k);
+        const free = order.find((k) => ![...taken.values()].includes(COLORS[k]));
+        taken.set(uuid, COLORS[free === undefined ? first : free]);
+    }
+    return taken;
+}
+
+function stepText(v, exact) {
+    if (exact) return Math.round(v).toLocaleString('en-US');
     return v >= 1e6 ? `${Number((v / 1e6).toPrecision(3))}M` : v >= 1e3 ? `${Number((v / 1e3).toPrecision(3))}k` : String(v);
 }
 
-function ticks(lo, hi, count) {
-    const span = hi - lo;
-    const magnitude = 10 ** Math.floor(Math.log10(span / count));
-    const step = [1, 2, 2.5, 5, 10].map((f) => f * magnitude).find((s) => span / s <= count);
-    const out = [];
-    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
-    return out;
+function timeText(v) {  // h:mm:ss, m:ss
+    const s = Math.round(v);
+    const [h, m, sec] = [Math.floor(s / 3600), Math.floor(s / 60) % 60, s % 60];
+    return h ? `${h}:${String(m).padStart(2, '0')}:${String(sec).padStart(2, '0')}` : `${m}:${String(sec).padStart(2, '0')}`;
 }
 
-function extent(values, pad) {
-    let lo = Math.min(...values), hi = Math.max(...values);
-    if (lo === hi) { lo -= Math.abs(lo) * 0.1 || 1; hi += Math.abs(hi) * 0.1 || 1; }
-    const margin = (hi - lo) * pad;
-    return [lo - margin, hi + margin];
+function when(seconds) {
+    if (!seconds) return '—';
+    const d = new Date(seconds * 1000);
+    const pad = (n) => String(n).padStart(2, '0');
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
-function chart(metric, answer) {
-    const runs = chosenRuns.filter((uuid) => answer.runs[uuid].steps.length > 0);
+function series(answer, palette) {  // each run's points on the chosen x axis
+    return chosenRuns.map((uuid) => {
+        const run = answer.runs[uuid];
+        const xs = xAxis === 'time' ? run.seconds : run.steps;
+        return {uuid, name: run.name, color: palette.get(uuid), steps: run.steps, seconds: run.seconds,
+            xs: xs.length === run.values.length ? xs : [], ys: xs.length === run.values.length ? run.values : []};
+    }).filter((run) => run.xs.length > 0);
+}
+
+function csvOf(metric, runs) {
+    // A name a spreadsheet would take for a formula (=, +, -, @) is written as text.
+    const quote = (v) => {
+        const text = /^[=+\-@\t\r]/.test(v) ? `'${v}` : v;
+        return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+    };
+    const lines = ['run_uuid,name,step,training_seconds,value,smoothed'];
+    for (const run of runs) {
+        const smoothed = window.CompareChart.smooth(run.ys, smoothing);
+        run.xs.forEach((x, i) => {
+            if (zoom && (x < zoom[0] || x > zoom[1])) return;
+            lines.push([run.uuid, quote(run.name), run.steps[i], run.seconds.length ? run.seconds[i] : '', run.ys[i], smoothed[i]].join(','));
+        });
+    }
+    return `${lines.join('\n')}\n`;
+}
+
+function pngOf(svg, link) {
+    const image = new Image();
+    image.onload = () => {
+        const canvas = document.createElement('canvas');
+        canvas.width = Number(svg.getAttribute('width'));
+        canvas.height = Number(svg.getAttribute('height'));
+        canvas.getContext('2d').drawImage(image, 0, 0);
+        link.href = canvas.toDataURL('image/png');
+        link.dataset.ready = 'yes';
+    };
+    image.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(new XMLSerializer().serializeToString(svg))}`;
+}
+
+function chart(metric, answer, palette) {
     const figure = el('figure', {class: 'compare-chart', 'data-metric': metric});
-    figure.appendChild(el('figcaption', {}, `${metric} by agent steps`));
+    const caption = el('figcaption', {}, `${metric} by ${xAxis === 'time' ? 'training time' : 'agent steps'}`);
+    figure.appendChild(caption);
+    const runs = series(answer, palette);
     if (runs.length === 0) {
-        figure.appendChild(el('p', {class: 'text-secondary'}, 'None of these runs has recorded it yet.'));
+        figure.appendChild(el('p', {class: 'text-secondary'}, xAxis === 'time' && chosenRuns.some((u) => answer.runs[u].steps.length)
+            ? 'These runs recorded no steps per second, so no training time.' : 'None of these runs has recorded it yet.'));
         return figure;
     }
-    const steps = runs.flatMap((uuid) => answer.runs[uuid].steps);
-    const values = runs.flatMap((uuid) => answer.runs[uuid].values);
-    const [x0, x1] = [Math.min(0, ...steps), Math.max(...steps)];
-    const [y0, y1] = extent(values, 0.05);  // every point inside the axes, the first one too
-    const x = (s) => LEFT + (s - x0) / ((x1 - x0) || 1) * (W - LEFT - RIGHT);
-    const y = (v) => TOP + (y1 - v) / (y1 - y0) * (H - TOP - BOTTOM);
-    const svg = el('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${metric} of each run`}, undefined, SVG);
-    for (const t of ticks(y0, y1, 5)) {
-        svg.appendChild(el('line', {class: 'grid', x1: LEFT, x2: W - RIGHT, y1: y(t), y2: y(t)}, undefined, SVG));
-        svg.appendChild(el('text', {class: 'tick', x: LEFT - 6, y: y(t) + 4, 'text-anchor': 'end'}, fmt(t), SVG));
-    }
-    for (const t of ticks(x0, x1 || 1, 6)) {
-        svg.appendChild(el('text', {class: 'tick', x: x(t), y: H - BOTTOM + 16, 'text-anchor': 'middle'}, stepText(t), SVG));
-    }
-    svg.appendChild(el('line', {class: 'axis', x1: LEFT, x2: W - RIGHT, y1: H - BOTTOM, y2: H - BOTTOM}, undefined, SVG));
-    svg.appendChild(el('line', {class: 'axis', x1: LEFT, x2: LEFT, y1: TOP, y2: H - BOTTOM}, undefined, SVG));
-    svg.appendChild(el('text', {class: 'tick', x: (LEFT + W - RIGHT) / 2, y: H - 4, 'text-anchor': 'middle'}, 'agent steps', SVG));
-    for (const uuid of runs) {
-        const run = answer.runs[uuid];
-        const color = COLORS[chosenRuns.indexOf(uuid) % COLORS.length];
-        const points = run.steps.map((s, i) => `${x(s).toFixed(1)},${y(run.values[i]).toFixed(1)}`);
-        const curve = el('polyline', {class: 'curve', 'data-run': uuid, stroke: color, points: points.join(' ')}, undefined, SVG);
-        curve.appendChild(el('title', {}, `${run.name} (${uuid.slice(0, 8)})`, SVG));
-        svg.appendChild(curve);
-        if (run.steps.length <= 40) {  // few points: each one marked (a single point is no line)
-            run.steps.forEach((s, i) => svg.appendChild(el('circle', {cx: x(s), cy: y(run.values[i]), r: 3, fill: color}, undefined, SVG)));
-        }
-    }
-    figure.appendChild(svg);
+    const csv = el('a', {class: 'export-csv', download: `${metric}.csv`}, 'CSV');
+    csv.href = `data:text/csv;charset=utf-8,${encodeURIComponent(csvOf(metric, runs))}`;
+    const png = el('a', {class: 'export-png', download: `${metric}.png`}, 'PNG');
+    const exports = el('span', {class: 'exports', title: 'the shown series as CSV, the chart as PNG'});
+    exports.append(csv, png);
+    caption.appendChild(exports);
+    figure.append(el('div', {class: 'chart-box'}), el('div', {class: 'chart-tip', role: 'status'}));
+    figure.draw = () => pngOf(window.CompareChart.draw(figure, {
+        metric, runs, smoothing, zoom, xLabel: xAxis === 'time' ? 'training time' : 'agent steps',
+        xText: xAxis === 'time' ? timeText : stepText,
+        onZoom: (range) => { zoom = range; redraw(); },
+    }), png);
     return figure;
 }
 
@@ -102,28 +147,30 @@ function liveText(live) {
     return Object.entries(live).map(([key, v]) => `${key} ${fmt(v.start)} → ${fmt(v.now)}`).join('; ') || '—';
 }
 
-function table(answers) {
+function table(palette) {
     const head = document.getElementById('runs-head');
-    head.replaceChildren(...['run', 'seed', 'live values changed'].map((t) => el('th', {}, t)),
-        ...chosenMetrics.map((m) => el('th', {class: 'num'}, `last ${m}`)));
+    const labels = ['run', 'seed', 'status', 'started', 'live values changed'];
+    head.replaceChildren(...labels.map((t) => el('th', {}, t)), ...chosenMetrics.map((m) => el('th', {class: 'num'}, `last ${m}`)));
     const body = document.getElementById('runs-body');
     body.replaceChildren();
     const first = answers[chosenMetrics[0]];
-    for (const [i, uuid] of chosenRuns.entries()) {
+    for (const uuid of chosenRuns) {
         const run = first.runs[uuid];
         const tr = el('tr', {'data-run': uuid});
-        const name = el('td', {class: 'run-name'});
-        name.appendChild(el('span', {class: 'swatch', style: `background:${COLORS[i % COLORS.length]}`}));
+        const name = el('td', {class: 'run-name', 'data-label': 'run'});
+        name.appendChild(el('span', {class: 'swatch', style: `background:${palette.get(uuid)}`}));
         name.appendChild(el('a', {href: `/run/${uuid}`}, run.name));
         name.appendChild(el('span', {class: 'text-secondary'}, ` ${uuid.slice(0, 8)}`));
-        tr.append(name, el('td', {class: 'seed'}, run.seed === null ? '—' : String(run.seed)),
-            el('td', {class: 'live'}, liveText(run.live)));
+        tr.append(name, el('td', {class: 'seed', 'data-label': 'seed'}, run.seed === null ? '—' : String(run.seed)),
+            el('td', {class: 'run-status', 'data-label': 'status'}, run.status),
+            el('td', {class: 'run-started', 'data-label': 'started'}, when(run.start_time)),
+            el('td', {class: 'live', 'data-label': 'live values changed'}, liveText(run.live)));
         for (const metric of chosenMetrics) {
-            const series = answers[metric].runs[uuid];
-            const n = series.values.length;
-            tr.appendChild(n === 0 ? el('td', {class: 'num last', 'data-metric': metric}, '—')
-                : el('td', {class: 'num last', 'data-metric': metric, 'data-value': String(series.values[n - 1]),
-                    title: `at ${series.steps[n - 1]} agent steps`}, fmt(series.values[n - 1])));
+            const s = answers[metric].runs[uuid];
+            const n = s.values.length;
+            const attrs = {class: 'num last', 'data-metric': metric, 'data-label': `last ${metric}`};
+            tr.appendChild(n === 0 ? el('td', attrs, '—') : el('td', {...attrs, 'data-value': String(s.values[n - 1]),
+                title: `at ${s.steps[n - 1]} agent steps`}, fmt(s.values[n - 1])));
         }
         body.appendChild(tr);
     }
@@ -146,9 +193,19 @@ function metricChoices(recorded) {
     }
 }
 
+function redraw() {
+    if (!answers) return;
+    const palette = colors(chosenRuns);
+    const figures = chosenMetrics.map((m) => chart(m, answers[m], palette));
+    document.getElementById('charts').replaceChildren(...figures);
+    for (const figure of figures) if (figure.draw) figure.draw();
+    document.getElementById('zoom-reset').disabled = zoom === null;
+    table(palette);
+}
+
 async function ask(metric) {
-    const query = `runs=${chosenRuns.map(encodeURIComponent).join(',')}` + (metric ? `&metric=${encodeURIComponent(metric)}` : '');
-    const response = await fetch(`/api/v1/compare?${query}`);
+    const q = `runs=${chosenRuns.map(encodeURIComponent).join(',')}` + (metric ? `&metric=${encodeURIComponent(metric)}` : '');
+    const response = await fetch(`/api/v1/compare?${q}`);
     const data = await response.json();
     if (!response.ok) throw new Error(data.error || response.statusText);
     return data;
@@ -162,13 +219,18 @@ async function load() {
     }
     const first = await ask(chosenMetrics[0]);
     if (chosenMetrics.length === 0 && first.metric !== null) chosenMetrics = [first.metric];
-    const answers = {[first.metric]: first};
-    for (const metric of chosenMetrics.slice(1)) answers[metric] = await ask(metric);
+    const got = {[first.metric]: first};
+    for (const metric of chosenMetrics.slice(1)) got[metric] = await ask(metric);
     message.textContent = first.metric === null ? 'These runs have recorded no metric yet.' : '';
     message.className = '';
     metricChoices(first.metrics);
-    document.getElementById('charts').replaceChildren(...chosenMetrics.map((m) => chart(m, answers[m])));
-    if (first.metric !== null) table(answers);
+    // Redrawn only when the runs sent something new, and never under a drag that zooms.
+    const seen = JSON.stringify(got);
+    if (first.metric !== null && seen !== lastSeen && !window.CompareChart.dragging()) {
+        answers = got;
+        lastSeen = seen;
+        redraw();
+    }
     document.body.dataset.loaded = 'yes';
 }
 
@@ -181,7 +243,9 @@ async function pickList() {
         const label = el('label', {class: 'pick-run'});
         const input = el('input', {type: 'checkbox', value: run.run_uuid});
         input.checked = chosenRuns.includes(run.run_uuid);
-        label.append(input, ` ${run.name} `, el('span', {class: 'text-secondary'}, run.comment || run.run_uuid.slice(0, 8)));
+        const status = (run.run_status && run.run_status.status) || 'unknown';
+        label.append(input, ` ${run.name} `, el('span', {class: 'text-secondary'},
+            `${run.comment || run.run_uuid.slice(0, 8)} · ${status} · started ${when(run.start_time)}`));
         list.appendChild(label);
     }
 }
@@ -191,6 +255,26 @@ document.getElementById('pick-apply').addEventListener('click', () => {
     setAddress();
     refresh();
 });
+const slider = document.getElementById('smoothing');
+slider.value = String(smoothing);
+document.getElementById('smoothing-value').textContent = smoothing.toFixed(2);
+slider.addEventListener('input', () => {
+    smoothing = Number(slider.value);
+    document.getElementById('smoothing-value').textContent = smoothing.toFixed(2);
+    setAddress();
+    redraw();
+});
+const axisChoice = document.getElementById('x-axis');
+axisChoice.value = xAxis;
+axisChoice.addEventListener('change', () => {
+    xAxis = axisChoice.value;
+    zoom = null;  // a range of steps is no range of seconds
+    setAddress();
+    redraw();
+});
+document.getElementById('zoom-reset').addEventListener('click', () => { zoom = null; redraw(); });
+let width = innerWidth;
+window.addEventListener('resize', () => { if (innerWidth !== width) { width = innerWidth; redraw(); } });
 
 function refresh() {
     if (loading) return;

@@ -66,6 +66,9 @@ function render(data) {
         input.disabled = data.refusal !== null;
         td.appendChild(input);
         tr.appendChild(td);
+        // A phone's width shows each cell as a line labelled with its column (hyperparams.css).
+        const labels = [...document.querySelectorAll('#form thead th')].map((th) => th.textContent);
+        [...tr.cells].forEach((c, i) => { c.dataset.label = labels[i] || ''; });
         tbody.appendChild(tr);
         if (name === typed) input.focus();
     }

@@ -6,7 +6,9 @@
 // at the next page load. What works here stays: the configs page's eye (the run page's card lists
 // the option) and star (the runs list shows it), and the run page's + (a chart of chosen series).
 // Where the hosted app tells how to use it (its Settings page, the empty runs list's PyTorch/Keras
-// snippets), a notice says how it is done here.
+// snippets), a notice says how it is done here. The menu's account avatar (and the account's empty
+// name) goes too, and so does the bare number under the refresh button, a countdown in seconds to
+// the page's next refresh that said so nowhere: the button's title says it instead.
 'use strict';
 
 (function () {
@@ -58,6 +60,15 @@
         for (const icon of document.querySelectorAll('.fa-share-alt')) {
             const button = icon.closest('.nav-link');
             if (button) button.remove();
+        }
+        for (const avatar of document.querySelectorAll('img.rounded-circle')) {
+            const block = avatar.closest('.text-center');
+            if (block && !block.classList.contains('dashboard-how-to')) block.remove(); else avatar.remove();
+        }
+        for (const counter of document.querySelectorAll('.time-remaining')) {
+            const button = counter.closest('nav');
+            if (button) button.title = 'refresh now (the page also refreshes itself every 2 minutes)';
+            counter.remove();
         }
         // The share button's "Link copied!" toast, rendered at the end of the body.
         for (const toast of document.querySelectorAll('.toast-custom-container')) toast.remove();

@@ -1,5 +1,7 @@
 // Added to labml-app's page: on a run's page, the run's latest evaluation video (H.264 MP4s the
-// trainer wrote into the run's folder; the dashboard reads them with --runs-dir, see dashboard/videos.py).
+// trainer wrote into the run's folder; the dashboard reads them with --runs-dir, see dashboard/videos.py),
+// in the page's flow under the run's header card: floating over the page, it covered the chart and the
+// configurations.
 'use strict';
 
 (function () {
@@ -7,7 +9,7 @@
     const panel = document.createElement('details');
     panel.id = 'dashboard-run-video';
     panel.open = true;
-    panel.style.cssText = 'position:fixed;left:1rem;bottom:1rem;z-index:10000;width:240px;padding:.4rem;' +
+    panel.style.cssText = 'max-width:480px;margin:.5rem auto;padding:.4rem;' +
         'background:#222;color:#eee;border-radius:.5rem;font:13px system-ui,sans-serif;' +
         'box-shadow:0 1px 4px rgba(0,0,0,.4);display:none';
     const title = document.createElement('summary');
@@ -57,7 +59,10 @@
             video.load();  // drop the previous run's video
             lastAsked = 0;
         }
-        if (!panel.isConnected && document.body) document.body.appendChild(panel);
+        // The app redraws the run page at any time: the panel goes back under its header card.
+        const header = run === null ? null : document.querySelector('.run.page .labml-card');
+        if (header && panel.previousElementSibling !== header) header.after(panel);
+        else if (!header && !panel.isConnected && document.body) document.body.appendChild(panel);
         if (run !== null && Date.now() - lastAsked >= POLL_MS) ask(run).catch(() => {});
     }
 

@@ -113,3 +113,19 @@ def test_a_page_of_another_site_cannot_frame_the_dashboard(dashboard: Dashboard,
     # Chromium shows its error page in place of each dashboard page; the site's own page is framed.
     assert shown == {**dict.fromkeys(targets, "chrome-error://chromewebdata/"),
                      f"http://localhost:{site.server_address[1]}/own": f"http://localhost:{site.server_address[1]}/own"}, frames
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_hyperparameter_page_fits_the_width_with_its_inputs_on_screen(
+        dashboard: Dashboard, finished_run: str, width: int, tmp_path: Path, no_leftover_processes: None,
+        chromium: Chromium) -> None:
+    with chromium.tab(width=width, height=900) as browser:
+        browser.load(f"{dashboard.url}/hyperparams/{finished_run}")
+        assert browser.wait_until("document.querySelectorAll('#params input').length === 5", PAGE_LIMIT_S)
+        page = browser.evaluate("""(() => ({wide: document.scrollingElement.scrollWidth, inner: innerWidth,
+            inputs: [...document.querySelectorAll('#params input')].map(i => i.getBoundingClientRect())
+                .every(r => r.left >= 0 && r.right <= innerWidth && r.width >= 80),
+            labels: [...document.querySelectorAll('#params tr')][0].querySelector('input').closest('td').dataset.label}))()""")
+        browser.screenshot(tmp_path / f"hyperparams-{width}.png")
+    assert page["wide"] <= page["inner"] == width, page  # no sideways scrolling (a vertical scrollbar may take some)
+    assert page["inputs"] and page["labels"] == "new value", page

@@ -6,23 +6,24 @@ comparison page's address); a probe run takes a live change."""
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 import re
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from browser import CHROMIUM, Browser, Chromium
+from browser import CHROMIUM, Chromium
+from compare_page import click, ema, exported_csv, mouse, point_at, wait
 from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, ProbeRun, Process
 
-from dashboard.client import MAX_COMPARED_RUNS, compare_line
-from dashboard.compare import changed_live_values, seed_of
+from experiments.run.games_csv import read_games
 from experiments.run.updates_csv import read_updates
-from experiments.seed_runs import dashboard_of
-from experiments.sweep import print_comparison
 
 # 2 games × 32 steps = 64 agent steps an update, 5 updates; short games give a score early.
 TINY = ["--backend", "serial", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "32",
@@ -89,7 +90,11 @@ def test_the_answer_is_what_the_runs_sent(dashboard: Dashboard, seeds: dict[str,
             sent = [(row["env_step"], row[metric]) for row in rows if row[metric] is not None]
             run = answer["runs"][run_dir.name]
             assert list(zip(run["steps"], run["values"], strict=True)) == sent, metric  # exactly, every update once
-            assert (run["name"], run["seed"], run["live"]) == ("Breakout · project", seed, {})
+            assert (run["name"], run["seed"], run["live"], run["status"]) == ("Breakout · project", seed, {}, "completed")
+            summary = json.loads((run_dir / "summary.json").read_text())
+            # Training time: each update's steps over its steps per second, summed, so at most the leg's wall time.
+            assert len(run["seconds"]) == len(run["steps"]) and 0 < run["seconds"][-1] <= summary["wall_time_s"]
+            assert run["seconds"] == sorted(run["seconds"]) and abs(run["start_time"] - time.time()) < 3600
 
 
 @pytest.mark.slow
@@ -134,74 +139,13 @@ def test_a_bad_query_is_one_line_4xx(dashboard: Dashboard, finished_run: str, qu
     assert (got, answer) == (status, {"error": message.replace("RUN", finished_run)})
 
 
-def test_the_printed_address_leaves_credentials_out_and_caps_the_runs() -> None:
-    uuids = [f"{i:032x}" for i in range(20)]
-    line = compare_line("http://user:secret@127.0.0.1:5005/api/v1/default", uuids, "trials")
-    assert line == (f"compare the first {MAX_COMPARED_RUNS} of 20 trials on the dashboard: "
-                    f"http://127.0.0.1:5005/compare?runs={','.join(uuids[:MAX_COMPARED_RUNS])}")
-    assert compare_line("http://h:1/", uuids[:2], "members") == \
-        f"compare the 2 members on the dashboard: http://h:1/compare?runs={uuids[0]},{uuids[1]}"
-    assert dashboard_of(["--n-workers", "2", "--dashboard", "http://h:1"]) == "http://h:1"
-    assert dashboard_of(["--dashboard=http://h:2"]) == "http://h:2"
-    assert dashboard_of(["--dashboard", "none"]) is None and dashboard_of(["--seed", "3"]) is None
-
-
-def test_a_live_value_is_changed_when_the_run_uses_another_than_it_started_with() -> None:
-    def live(key: str, kind: str, default: float) -> dict[str, Any]:
-        return {"name": key, "computed": {"type": "DynamicSchedule", "default": default, "range": [0, 16],
-                                          "dynamic_type": kind}}
-
-    configs = {"epochs": live("epochs", "int", 4), "learning_rate": live("learning_rate", "float", 2.5e-4),
-               "clip_range": live("clip_range", "float", 0.1), "seed": {"name": "seed", "computed": 3}}
-    # labml reports every value as a float; a value handed out (delivered) or queued is not in use yet.
-    state = {"reported": {"epochs": 4.0, "learning_rate": 3e-4}, "delivered": {"epochs": 4, "clip_range": 0.2},
-             "pending": {"clip_range": 0.3}, "sent": {}}
-    assert changed_live_values(configs, state) == {"learning_rate": {"start": 2.5e-4, "now": 3e-4}}
-    assert seed_of(configs) == 3 and seed_of({"seed": {"computed": True}}) is None and seed_of({}) is None
-
-
-def test_a_sweep_prints_the_page_of_the_trials_that_trained(capsys: pytest.CaptureFixture[str]) -> None:
-    rows = [{"run_uuid": "b" * 32, "updates": 5}, {"run_uuid": "a" * 32, "updates": 0},
-            {"run_uuid": "c" * 32, "status": "failed"}]  # ranked best first; Ray lost the third before it ran
-    print_comparison("http://127.0.0.1:5005/api/v1/default", rows)
-    print_comparison(None, rows)  # trials that reported to no dashboard
-    assert capsys.readouterr().out == (f"compare the 2 trials on the dashboard: http://127.0.0.1:5005/compare?runs="
-                                       f"{'b' * 32},{'a' * 32}\n")
-
-
 def test_the_page_needs_nothing_from_outside(dashboard: Dashboard) -> None:
     status, page = dashboard.request("GET", "/compare?runs=a,b&metrics=entropy")
     assert status == 200 and '<script src="/_dashboard/compare.js" defer></script>' in page
     assert "/_vendor/bootstrap-5.0.0-beta2/dist/css/bootstrap.min.css" in page
     assert not re.search(r"(src|href)=\"(https?:)?//", page)  # every library local: the dashboard works offline
-    for name in ("compare.js", "compare.css", "compare-pick.js"):
+    for name in ("compare.js", "compare-chart.js", "compare.css", "compare-pick.js"):
         assert dashboard.request("GET", f"/_dashboard/{name}")[0] == 200
-
-
-def test_the_runs_lists_ticks_stop_at_the_apis_cap() -> None:
-    script = (REPO / "dashboard" / "static" / "compare-pick.js").read_text()
-    assert re.search(r"const MAX_RUNS = (\d+);", script).group(1) == str(MAX_COMPARED_RUNS)  # type: ignore[union-attr]
-
-
-def wait(browser: Browser, expression: str) -> bool:
-    """`browser.wait_until`, also across a navigation (its page's context goes away meanwhile)."""
-    deadline = time.monotonic() + PAGE_LIMIT_S
-    while time.monotonic() < deadline:
-        try:
-            return browser.wait_until(expression, deadline - time.monotonic())
-        except RuntimeError:  # the page being replaced
-            time.sleep(0.2)
-    return False
-
-
-def click(browser: Browser, selector: str) -> None:
-    """A real mouse click at the middle of the element (as a person's, not a script's `click()`)."""
-    found = browser.evaluate(f"(() => {{ const e = document.querySelector({selector!r}); if (!e) return null;"
-                             " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
-    assert found is not None, f"no {selector} on {browser.evaluate('location.href')}"
-    x, y = found
-    for kind in ("mousePressed", "mouseReleased"):
-        browser.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1})
 
 
 @pytest.mark.browser
@@ -213,6 +157,10 @@ def test_runs_ticked_in_the_list_are_drawn_side_by_side(dashboard: Dashboard, se
     with chromium.tab(height=1200) as browser:
         browser.load(f"{dashboard.url}/runs")
         assert browser.wait_until(f"document.querySelector('input[data-run=\"{b}\"]') !== null", PAGE_LIMIT_S)
+        # Runs of one command share a name: the list tells them apart by short uuid and seed.
+        listed = sorted(t for t in browser.evaluate("[...document.querySelectorAll('.list-item h6')].map(h => h.textContent)")
+                        if t.startswith((a[:8], b[:8])))  # the module's probe runs are listed too
+        assert listed == sorted([f"{a[:8]} · seed 1", f"{b[:8]} · seed 2"]), listed
         for run in (a, b):
             click(browser, f'input[data-run="{run}"]')
         assert browser.wait_until("document.getElementById('dashboard-compare-button').textContent === 'Compare 2 runs'",
@@ -242,3 +190,127 @@ def test_runs_ticked_in_the_list_are_drawn_side_by_side(dashboard: Dashboard, se
         last = read_updates(run_dir / "updates.csv")[-1]
         assert row == {"run": run_dir.name, "name": "Breakout · project", "seed": str(seed), "live": "—",
                        "last": {metric: last[metric] for metric in ("score_mean_100", "entropy")}}
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
+def test_the_charts_answer_a_cursor_smoothing_a_zoom_the_time_axis_and_export(
+        dashboard: Dashboard, seeds: dict[str, Any], tmp_path: Path, no_leftover_processes: None,
+        chromium: Chromium) -> None:
+    a, b = seeds["uuids"]
+    entropy = {uuid: compare(dashboard, seeds["uuids"], "entropy")[1]["runs"][uuid] for uuid in (a, b)}
+    with chromium.tab(height=1200) as browser:
+        browser.load(f"{dashboard.url}/compare?runs={a},{b}&metrics=score_mean_100,entropy")
+        assert browser.wait_until("document.body.dataset.loaded === 'yes' && document.querySelectorAll("
+                                  "'a.export-png[data-ready]').length === 2", PAGE_LIMIT_S)
+        # The cursor: a line at the nearest step, each run's value there, and the step.
+        x, y = point_at(browser, "entropy", a, 2)
+        mouse(browser, "mouseMoved", x + 3, y)
+        tip = browser.evaluate("(() => { const t = document.querySelector('.compare-chart[data-metric=\"entropy\"] .chart-tip');"
+                               " return {hidden: t.hidden, x: t.querySelector('.tip-x').textContent,"
+                               " runs: [...t.querySelectorAll('.tip-run')].map(r => [r.dataset.run, Number(r.dataset.value)]),"
+                               " line: document.querySelector('.compare-chart[data-metric=\"entropy\"] .cursor')"
+                               ".getAttribute('visibility')}; })()")
+        assert tip == {"hidden": False, "x": "agent steps 192", "line": "visible",
+                       "runs": [[a, entropy[a]["values"][2]], [b, entropy[b]["values"][2]]]}
+        browser.screenshot(tmp_path / "cursor.png")
+        # Zoom: a drag across steps 128 to 256, then the reset.
+        (x0, y0), (x1, _) = point_at(browser, "entropy", a, 1), point_at(browser, "entropy", a, 3)
+        mouse(browser, "mousePressed", x0 - 4, y0)
+        mouse(browser, "mouseMoved", (x0 + x1) / 2, y0)
+        mouse(browser, "mouseMoved", x1 + 4, y0)
+        mouse(browser, "mouseReleased", x1 + 4, y0)
+        assert browser.wait_until("!document.getElementById('zoom-reset').disabled", PAGE_LIMIT_S)
+        assert sorted({int(r["step"]) for r in exported_csv(browser, "entropy")}) == [128, 192, 256]
+        click(browser, "#zoom-reset")
+        assert browser.wait_until("document.getElementById('zoom-reset').disabled", PAGE_LIMIT_S)
+        rows = exported_csv(browser, "entropy")
+        assert [(r["run_uuid"], int(r["step"]), float(r["value"]), float(r["training_seconds"])) for r in rows] == [
+            (uuid, step, value, seconds) for uuid in (a, b)
+            for step, value, seconds in zip(entropy[uuid]["steps"], entropy[uuid]["values"], entropy[uuid]["seconds"], strict=True)]
+        png = browser.evaluate("document.querySelector('.compare-chart[data-metric=\"entropy\"] a.export-png').href")
+        width = browser.evaluate("document.querySelector('.compare-chart[data-metric=\"entropy\"] svg').getAttribute('width')")
+        image = base64.b64decode(png.split(",", 1)[1])
+        assert png.startswith("data:image/png;base64,") and image[:8] == b"\x89PNG\r\n\x1a\n"
+        assert int.from_bytes(image[16:20], "big") == int(width)  # the chart, at its size on the page
+        # Smoothing: a key press on the slider; the raw curve stays, faint, and the cursor gives the smoothed value.
+        click(browser, "#smoothing")
+        browser.evaluate("document.getElementById('smoothing').value = '0.5';"
+                         " document.getElementById('smoothing').dispatchEvent(new Event('input'))")
+        browser.call("Input.dispatchKeyEvent", {"type": "keyDown", "key": "ArrowRight", "code": "ArrowRight",
+                                                "windowsVirtualKeyCode": 39})
+        browser.call("Input.dispatchKeyEvent", {"type": "keyUp", "key": "ArrowRight", "code": "ArrowRight",
+                                                "windowsVirtualKeyCode": 39})
+        assert browser.wait_until("location.search.includes('smooth=0.51')", PAGE_LIMIT_S), browser.evaluate("location.search")
+        raw = browser.evaluate("[...document.querySelectorAll('.compare-chart[data-metric=\"entropy\"] .raw')]"
+                               ".map(p => [p.dataset.run, p.getAttribute('stroke-opacity')])")
+        assert raw == [[a, "0.25"], [b, "0.25"]]
+        x, y = point_at(browser, "entropy", b, 4)
+        mouse(browser, "mouseMoved", x, y)
+        smoothed = browser.evaluate("[...document.querySelectorAll('.compare-chart[data-metric=\"entropy\"] .tip-run')]"
+                                    ".map(r => Number(r.dataset.value))")
+        assert smoothed == pytest.approx([ema(entropy[uuid]["values"], 0.51)[4] for uuid in (a, b)], rel=1e-12)
+        # The x axis in training time.
+        browser.evaluate("const s = document.getElementById('x-axis'); s.value = 'time'; s.dispatchEvent(new Event('change'))")
+        assert browser.wait_until("document.querySelector('.compare-chart figcaption').textContent"
+                                  ".startsWith('score_mean_100 by training time')", PAGE_LIMIT_S)
+        ticks = browser.evaluate("[...document.querySelectorAll('.compare-chart[data-metric=\"entropy\"] text.tick')]"
+                                 ".map(t => t.textContent)")
+        assert browser.evaluate("location.search").endswith("&smooth=0.51&x=time")
+        browser.screenshot(tmp_path / "time.png")
+    assert "training time" in ticks and any(re.fullmatch(r"0:\d\d", t) for t in ticks), ticks
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
+def test_runs_keep_their_colours_say_when_and_how_they_ran_and_scores_start_at_a_game(
+        dashboard: Dashboard, seeds: dict[str, Any], no_leftover_processes: None, chromium: Chromium) -> None:
+    a, b = seeds["uuids"]
+    shown = {}
+    with chromium.tab(height=1200) as browser:
+        for order in ([a, b], [b, a], [b]):
+            browser.load(f"{dashboard.url}/compare?runs={','.join(order)}")
+            assert wait(browser, f"document.body.dataset.loaded === 'yes' && document.querySelectorAll('#runs-body tr')"
+                                 f".length === {len(order)} && document.querySelectorAll('.pick-run').length >= 2")
+            shown[tuple(order)] = browser.evaluate("""(() => ({
+                swatches: Object.fromEntries([...document.querySelectorAll('#runs-body tr')].map(tr =>
+                    [tr.dataset.run, tr.querySelector('.swatch').style.background])),
+                curves: Object.fromEntries([...document.querySelectorAll('.curve')].map(p => [p.dataset.run, p.getAttribute('stroke')])),
+                rows: [...document.querySelectorAll('#runs-body tr')].map(tr => [tr.querySelector('.run-status').textContent,
+                    tr.querySelector('.run-started').textContent]),
+                picker: [...document.querySelectorAll('.pick-run')].map(l => l.textContent)}))()""")
+        csv_rows = exported_csv(browser, "score_mean_100")
+    colour = shown[(a, b)]["curves"]
+    assert shown[(b, a)]["curves"] == colour and shown[(b,)]["curves"] == {b: colour[b]} and colour[a] != colour[b]
+    for uuid, run_dir in zip((a, b), seeds["dirs"], strict=True):
+        start = compare(dashboard, [uuid])[1]["runs"][uuid]["start_time"]
+        assert ["completed", datetime.fromtimestamp(start).strftime("%Y-%m-%d %H:%M")] in shown[(a, b)]["rows"]
+        seed = seeds["dirs"].index(run_dir) + 1
+        assert any(text.startswith(f" Breakout · project {uuid[:8]} · seed {seed} · completed · started ") for text in shown[(a, b)]["picker"])
+    # No score before a game ended: the first point is at the end of the update in which the first game ended.
+    games = read_games(seeds["dirs"][1] / "games.csv")
+    assert int(csv_rows[0]["step"]) == 64 * games[0].update and games[0].env_step <= int(csv_rows[0]["step"])
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_comparison_fits_the_width_with_readable_labels(dashboard: Dashboard, seeds: dict[str, Any], width: int,
+                                                            tmp_path: Path, no_leftover_processes: None,
+                                                            chromium: Chromium) -> None:
+    a, b = seeds["uuids"]
+    with chromium.tab(width=width, height=1000) as browser:
+        browser.load(f"{dashboard.url}/compare?runs={a},{b}&metrics=score_mean_100,entropy")
+        assert browser.wait_until("document.body.dataset.loaded === 'yes'", PAGE_LIMIT_S)
+        page = browser.evaluate("""(() => {
+            const svg = document.querySelector('.compare-chart svg');
+            return {wide: document.scrollingElement.scrollWidth, inner: innerWidth,
+                drawn: svg.getBoundingClientRect().width, width: Number(svg.getAttribute('width')),
+                label: Math.min(...[...svg.querySelectorAll('text.tick')].map(t => t.getBoundingClientRect().height)),
+                cells: [...document.querySelectorAll('#runs-body td')].every(td => td.getBoundingClientRect().right <= innerWidth)}; })()""")
+        browser.screenshot(tmp_path / f"compare-{width}.png")
+    assert page["wide"] <= page["inner"] == width and page["cells"], page
+    assert page["drawn"] == page["width"] and page["label"] >= 12, page  # drawn at its size: 12 px labels stay 12 px

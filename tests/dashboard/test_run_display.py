@@ -12,6 +12,7 @@ from dashboard.run_display import (
     keep_machine_choices,
     list_summary,
     preference_when_score_appears,
+    seed_of,
     with_live_values,
 )
 
@@ -65,12 +66,14 @@ def test_a_live_value_shows_what_the_run_applied_and_a_change_on_its_way(tmp_pat
     assert shown() == "0.001 (live)"
 
 
-def test_a_runs_list_entry_has_a_short_uuid_the_step_and_the_latest_score() -> None:
+def test_a_runs_list_entry_has_a_short_uuid_its_seed_the_step_and_the_latest_score() -> None:
     summary = {"run_uuid": "0123456789abcdef0123456789abcdef", "name": "Breakout", "comment": ""}
     series = {"score_mean_100": {"step": [512, 1024], "value": [1.5, 2.25]}, "sps": {"step": [1536], "value": [40.0]}}
     assert list_summary(summary, series) == {**summary, "comment": "01234567", "step": 1536,
                                              "metric_values": [{"name": "score_mean_100", "value": 2.25}]}
     assert list_summary({**summary, "comment": "lr sweep"}, {})["comment"] == "01234567 · lr sweep"
+    assert list_summary({**summary, "comment": "lr sweep"}, {}, seed=3)["comment"] == "01234567 · seed 3 · lr sweep"
+    assert seed_of({"seed": {"computed": 3}}) == 3 and seed_of({"seed": {"computed": True}}) is None and seed_of({}) is None
 
 
 def test_the_card_tells_set_from_chosen_by_the_machine_from_default() -> None:

@@ -46,11 +46,18 @@ def test_the_empty_dashboard_says_how_to_send_a_run_and_offers_no_stock_menu(
         browser.evaluate("document.querySelector('.nav-link, .burger, nav button, .fa-bars, .fas').click()")
         menu = browser.wait_until("document.body.innerText.includes('Archived Runs')", PAGE_LIMIT_S)
         shown = {name: visible_with_text(browser, name) for name in ("Computers", "Sign out", "Archived Runs")}
+        avatars = browser.evaluate(f"[...document.querySelectorAll('img')].filter(i => i.src.includes('user.png')"
+                                   f" || i.classList.contains('rounded-circle')).filter({VISIBLE}).length")
+        counters = browser.evaluate(f"[...document.querySelectorAll('.time-remaining')].filter({VISIBLE}).length")
+        refresh = browser.evaluate("[...document.querySelectorAll('.fa-sync')].map(i => i.closest('nav, button, a')"
+                                   ".title)")
     assert told, text
     assert f"python -m experiments.breakout --dashboard {dashboard.url}" in text
     assert f"python -m experiments.breakout --resume RUN_UUID --dashboard {dashboard.url}" in text
     assert "two lines of code" not in text and "PyTorch" not in text
     assert menu and shown == {"Computers": 0, "Sign out": 0, "Archived Runs": 1}
+    assert avatars == 0 and counters == 0  # no account here; the countdown to the next refresh said nothing
+    assert refresh == ["refresh now (the page also refreshes itself every 2 minutes)"]
 
 
 @pytest.fixture(scope="module")
@@ -79,25 +86,25 @@ def test_the_run_page_offers_no_comparison(dashboard: Dashboard, filmed_run: str
     assert "compare with another experiment" not in text
 
 
-@pytest.mark.parametrize(("width", "floating"), [(1280, True), (420, False)])
-def test_the_video_panel_floats_only_on_a_wide_window(dashboard: Dashboard, filmed_run: str, tmp_path: Path,
-                                                      width: int, floating: bool,
-                                                      no_leftover_processes: None, chromium: Chromium) -> None:
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_video_panel_covers_nothing_and_the_run_page_fits_the_width(
+        dashboard: Dashboard, filmed_run: str, tmp_path: Path, width: int, no_leftover_processes: None,
+        chromium: Chromium) -> None:
     with chromium.tab(width=width, height=800) as browser:
         browser.load(f"{dashboard.url}/run/{filmed_run}")
         shown = browser.wait_until("document.getElementById('dashboard-run-video') !== null && "
                                    f"{VISIBLE}(document.getElementById('dashboard-run-video'))", PAGE_LIMIT_S)
         browser.wait_until("document.body.innerText.includes('CONFIGURATIONS')", PAGE_LIMIT_S)
-        positions = browser.evaluate("['dashboard-run-video', 'dashboard-hyperparams-link'].map("
-                                     "id => getComputedStyle(document.getElementById(id)).position)")
-        if width < 900:
-            browser.screenshot(tmp_path / "narrow.png")
-        # Below the page, nothing of the page lies under the panel.
-        below = browser.evaluate(
-            "(() => { const panel = document.getElementById('dashboard-run-video').getBoundingClientRect();"
-            " return [...document.querySelectorAll('.labml-card')].filter(c => c.getClientRects().length > 0)"
-            ".every(c => c.getBoundingClientRect().bottom <= panel.top + window.scrollY); })()")
+        browser.screenshot(tmp_path / f"run-{width}.png")
+        # In the page's flow, under the run's header card: no card lies under it, nothing scrolls sideways.
+        page = browser.evaluate(
+            "(() => { const p = document.getElementById('dashboard-run-video').getBoundingClientRect();"
+            " const cards = [...document.querySelectorAll('.labml-card')].filter(c => c.getClientRects().length > 0)"
+            "   .map(c => c.getBoundingClientRect());"
+            " return {position: getComputedStyle(document.getElementById('dashboard-run-video')).position,"
+            "   covered: cards.filter(c => c.top < p.bottom && p.top < c.bottom && c.left < p.right && p.left < c.right).length,"
+            "   under_first_card: cards.length > 1 && cards[0].bottom <= p.top && p.bottom <= cards[1].top,"
+            "   wide: document.scrollingElement.scrollWidth, inner: innerWidth}; })()")
     assert shown
-    assert positions == (["fixed", "fixed"] if floating else ["static", "static"])
-    if not floating:
-        assert below
+    assert page["position"] == "static" and page["covered"] == 0 and page["under_first_card"], page
+    assert page["wide"] <= page["inner"] == width, page

@@ -170,7 +170,7 @@ def test_runs_list_shows_game_short_uuid_status_and_score(dashboard: Dashboard, 
             metrics: [...item.querySelectorAll('span.key')].map(k => [k.textContent, k.nextElementSibling.textContent])}))""")
         save_screenshot(browser, tmp_path, "dashboard-runs.png")
     assert listed, f"the runs list never showed the runs with a score: {items}"
-    by_uuid = {item["comment"]: item for item in items}
+    by_uuid = {item["comment"].split(" · ")[0]: item for item in items}  # the short uuid, then the seed
     breakout = by_uuid[breakout_run["run_uuid"][:8]]
     assert breakout["name"] == "Breakout" and breakout["status"] == "interrupted"
     # The latest score as the dashboard holds it, written as a score.
