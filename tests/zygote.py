@@ -40,6 +40,7 @@ PRELOAD = ("numpy", "cv2", "gymnasium", "ale_py", "torch", "torch.optim", "torch
 # labml keeps its lab, logger, experiment... in singletons made on first use: none may exist yet.
 LABML_SINGLETONS = ("lab", "logger", "experiment", "monitor", "tracker")
 MARK = "BREAKOUT_TEST_MARK"
+OUR_PACKAGES = {"configs", "game", "ppo", "experiments", "dashboard", "tests"}  # setup.py's, and the tests
 MESSAGE_BYTES = 1 << 20
 
 
@@ -52,8 +53,8 @@ def preload() -> None:
     # Its configuration folder is its own, not a temporary one that its exit hook would delete
     # (in every child, once each had exited).
     assert not matplotlib.get_configdir().startswith(tempfile.gettempdir()), matplotlib.get_configdir()
-    ours = sorted(name for name, module in sys.modules.items()
-                  if (getattr(module, "__file__", None) or "").startswith(os.getcwd() + os.sep))
+    # By package name, not by path: the virtual environment may lie inside the checkout (.venv).
+    ours = sorted(name for name in sys.modules if name.partition(".")[0] in OUR_PACKAGES)
     assert ours == [], f"the zygote imported the project's own modules: {ours}"
     # The objects imported so far are never collected: the children's collections skip them, so
     # they do not copy the pages those objects live on.
