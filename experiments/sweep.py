@@ -49,14 +49,15 @@ SCORE = "score_mean_100"
 
 # ---- one trial (runs in a Ray worker process) ---------------------------------------------------
 
-def run_trial(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
-    """A full labml run with `overrides`, as the `uuid` run; resumes it if a checkpoint exists
-    (Ray re-ran this trial after its node or process was lost), and starts it afresh in its own
-    folder otherwise (experiments/run/plan.py). Returns the run's summary."""
+def run_trial(overrides: dict[str, Any], run_uuid: str, label: str | None = None) -> dict[str, Any]:
+    """A full labml run with `overrides`, as the `uuid` run, named on the dashboard by `label`
+    (its sweep and trial, or its population and member); resumes it if a checkpoint exists (Ray
+    re-ran this trial after its node or process was lost), and starts it afresh in its own folder
+    otherwise (experiments/run/plan.py). Returns the run's summary."""
     from experiments.run.lifecycle import TrainingRun
     from experiments.run.plan import plan_launch
 
-    plan = plan_launch(overrides, run_uuid=run_uuid)
+    plan = plan_launch(overrides, run_uuid=run_uuid, label=label)
     result = TrainingRun(plan).run()
     return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": plan.resume is not None}
 
@@ -96,8 +97,9 @@ def connect(address: str | None, cpus_per_trial: float) -> bool:
 
 
 def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_trial: float, max_retries: int,
-              max_concurrent: int | None, log: typing.Callable[[str], None]) -> list[dict[str, Any]]:
-    """Run every trial as a Ray task; returns one row per trial (its parameters and summary)."""
+              max_concurrent: int | None, log: typing.Callable[[str], None], name: str) -> list[dict[str, Any]]:
+    """Run every trial as a Ray task; returns one row per trial (its parameters and summary). The
+    dashboard lists each run as `name` (the results table's) and its trial number."""
     import ray
 
     task = ray.remote(max_calls=1)(run_trial)  # a fresh process per trial: labml keeps global state
@@ -111,7 +113,7 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
         while queue or running:
             while queue and len(running) < limit:
                 i = queue.pop(0)
-                running[task.remote({**fixed, **trials[i]}, rows[i]["run_uuid"])] = i
+                running[task.remote({**fixed, **trials[i]}, rows[i]["run_uuid"], f"{name} trial {i + 1}")] = i
             done, _ = ray.wait(list(running), num_returns=1)
             i = running.pop(done[0])
             try:
@@ -259,7 +261,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             print(error_line(f"--cpus-per-trial {cpus:g}: expected at most the CPUs of one node of the cluster at {address}"),
                   file=sys.stderr)
             return 2
-        rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log))
+        rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log, csv_path.stem))
     except KeyboardInterrupt:
         print("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)", file=sys.stderr)
         return 130

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import pytest
+import yaml
 
 from dashboard.client import DashboardError, get_hyperparams
 from experiments.run.folders import RunFolder, checkpoint_path
@@ -118,3 +119,12 @@ def test_a_sigterm_in_a_long_segment_checkpoints_every_member_at_its_last_update
         assert read_checkpoint(run_dir / "checkpoints" / "checkpoint.pt").update == last
         assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
     assert tweaked_killed_stopped["leftovers"] == []  # no Ray process, member, worker or dashboard
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_each_member_is_named_by_its_population_and_number(tweaked_killed_stopped: dict[str, Any]) -> None:
+    # labml's comment, which the dashboard lists beside the run; member 1's too after its process came back.
+    folder = tweaked_killed_stopped["folder"]
+    for member, run_dir in enumerate(tweaked_killed_stopped["run_dirs"]):
+        assert yaml.safe_load((run_dir / "run.yaml").read_text())["comment"] == f"population {folder.name} member {member}"

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import RunFolder
@@ -49,6 +50,9 @@ def test_two_trial_sweep_runs_full_runs_and_ranks_them(cli, tmp_path: Path) -> N
         assert summary["run_uuid"] == row["run_uuid"] and summary["updates"] == 1
         assert summary["env_steps"] == 2 * 16 and Path(summary["checkpoint"]).is_file()
         assert Path(row["run_dir"]).parent == tmp_path / "runs" / "breakout"
+        # labml's comment, which the dashboard lists beside the run: the sweep (its table's name) and the trial.
+        run_yaml = yaml.safe_load((Path(row["run_dir"]) / "run.yaml").read_text())
+        assert run_yaml["comment"] == f"results trial {row['trial']}", run_yaml
     assert "rank  trial  score_mean_100" in result.stdout
     assert cli.leftovers() == []  # Ray's processes and every trial's workers are gone
 

@@ -27,17 +27,17 @@ from experiments.sweep import run_trial
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_member(overrides: dict[str, Any], run_uuid: str) -> dict[str, Any]:
+def run_member(overrides: dict[str, Any], run_uuid: str, label: str) -> dict[str, Any]:
     """One member's segment (a Ray task in a fresh process): resume the run, or start it, until
     `stop_after_env_steps`. The process of its previous segment may still be exiting after it
-    returned; the run is resumed once that process has let go of it."""
+    returned; the run is resumed once that process has let go of it. `label` names it on the dashboard."""
     from experiments.run.folders import RunFolder
 
     folder = RunFolder.named(Path(overrides["data_dir"]), run_uuid, "run_uuid")
     deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)
     while folder is not None and folder.owner() not in (None, os.getpid()) and time.monotonic() < deadline:
         time.sleep(0.05)  # the previous segment's process ends by itself
-    return run_trial(overrides, run_uuid)  # planned as every run is (experiments/run/plan.py)
+    return run_trial(overrides, run_uuid, label)  # planned as every run is (experiments/run/plan.py)
 
 
 def run_segment(population: Population, target: int, queue: Callable[[int, dict[str, Any]], bool],
@@ -63,7 +63,7 @@ def run_segment(population: Population, target: int, queue: Callable[[int, dict[
             failures[member] = None  # it got there before the population was stopped
             continue
         overrides = {**population.fixed, "seed": spec["seed"], "stop_after_env_steps": target * population.batch_size}
-        running[task.remote(overrides, spec["run_uuid"])] = member
+        running[task.remote(overrides, spec["run_uuid"], f"population {population.path.name} member {member}")] = member
     try:
         while running:
             for member in set(running.values()) & {int(m) for m in population.unqueued}:

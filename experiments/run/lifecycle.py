@@ -97,7 +97,7 @@ class TrainingRun:
         config, resume = self.config, self.resumed  # checked by the plan (plan.py) before this run was made
         device = resolve_device(config.device)
         self.run_uuid, self.run_dir = self.labml.create(self.plan.run_uuid, resume.live_values if resume else None,
-                                                        self.plan.machine_choices)
+                                                        self.plan.machine_choices, self.plan.label)
         self.say(start_lines(config, self.run_uuid, self.run_dir, precision_label(config.precision, device)))
         seeds = derive_seeds(config.seed, config.n_envs)
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -45,6 +45,7 @@ class LaunchPlan:
     lost_start: bool = False  # `folder` holds a start lost before its first checkpoint: cleared as the run starts
     machine_choices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # field → why this machine chose it
     notes: tuple[str, ...] = ()  # what to tell the user before the run starts
+    label: str | None = None  # what the run is part of (a sweep's trial, a population's member), shown beside it
 
     @property
     def run_dir(self) -> Path | None:
@@ -55,11 +56,12 @@ class LaunchRefused(Exception):
     """The launch cannot start: one line naming the option, the file or the cell, and what is accepted."""
 
 
-def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uuid: str | None = None) -> LaunchPlan:
+def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uuid: str | None = None,
+                label: str | None = None) -> LaunchPlan:
     """The plan for a new run, for `--resume RUN` (its uuid, or the first 8 or more of its digits),
-    or for a run under a uuid chosen beforehand (`run_uuid`: a sweep's trial, a population's member),
-    resumed when its folder holds a checkpoint and started afresh otherwise; `ConfigError` or
-    `LaunchRefused` in one line otherwise."""
+    or for a run under a uuid chosen beforehand (`run_uuid`: a sweep's trial, a population's member,
+    which `label` names on the dashboard), resumed when its folder holds a checkpoint and started
+    afresh otherwise; `ConfigError` or `LaunchRefused` in one line otherwise."""
     data_dir = Path(overrides.get("data_dir", PPOConfig().data_dir))
     if resume is not None:  # answered before the learner loads
         if (folder := RunFolder.named(data_dir, resume, "resume")) is None:
@@ -70,7 +72,7 @@ def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uui
         return plan_resume(folder, overrides)
     folder = RunFolder.named(data_dir, run_uuid, "run_uuid") if run_uuid is not None else None
     if folder is not None and any(path.exists() for path in checkpoint_paths(folder.path)):
-        return plan_resume(folder, overrides)
+        return replace(plan_resume(folder, overrides), label=label)
     cores = usable_cores() if run_uuid is None else None  # a trial's games are grouped by its sweep or population
     config, choices = launch_config(overrides, cores, game_exists=game_check(canonical_game))
     if folder is not None:
@@ -80,7 +82,7 @@ def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uui
             raise LaunchRefused(str(e)) from None
     check_can_start(config)
     return LaunchPlan(config, run_uuid=run_uuid, folder=folder, lost_start=folder is not None,
-                      machine_choices=MappingProxyType(choices))
+                      machine_choices=MappingProxyType(choices), label=label)
 
 
 def plan_resume(folder: RunFolder, overrides: Mapping[str, Any]) -> LaunchPlan:

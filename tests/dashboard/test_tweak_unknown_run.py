@@ -66,6 +66,9 @@ def test_a_run_sent_to_another_dashboard_is_pointed_there(dashboard: Dashboard, 
     # The advice holds: that dashboard knows the run (it lists its values, and says a finished run takes no change).
     followed = run_tool("experiments.tweak", run_uuid, "--dashboard", dashboard.url)
     assert followed.returncode == 0 and "learning_rate = " in followed.stdout, followed.stderr
+    # The 8-character id the dashboard shows names the same run, found under --data-dir.
+    by_id = run_tool("experiments.tweak", run_uuid[:8], "--dashboard", dashboard.url, "--data-dir", str(tmp_path / "runs"))
+    assert (by_id.returncode, by_id.stdout) == (0, followed.stdout), by_id.stderr
 
 
 @pytest.mark.parametrize("changes", [[], ["learning_rate=1e-4"]])

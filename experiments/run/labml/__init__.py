@@ -50,15 +50,17 @@ class LabmlRun:
         return console_through(self.say)
 
     def create(self, run_uuid: str | None, live_values: Mapping[str, float] | None,
-               machine_choices: Mapping[str, str]) -> tuple[str, Path]:
-        """Create the run (`run_uuid` None: a new one) with its configs; returns its uuid and folder."""
+               machine_choices: Mapping[str, str], label: str | None = None) -> tuple[str, Path]:
+        """Create the run (`run_uuid` None: a new one) with its configs and, as labml's comment, what
+        it is part of (`label`: the dashboard lists it beside the run); returns its uuid and folder."""
         config = self.config
         # An absolute experiments_path puts runs under data_dir while labml's project root (found
         # through .labml.yaml) stays this repository, so each run records the code's git commit.
         url = harden_sender(config.dashboard, dict(machine_choices), self.say) if config.dashboard else None
         lab_singleton().set_configurations({"experiments_path": str(Path(config.data_dir).resolve()),
                                             "app_url": url, "app_open_browser": False})
-        experiment.create(name=config.name, uuid=run_uuid, writers={"screen", "app"} if config.dashboard else {"screen"})
+        experiment.create(name=config.name, uuid=run_uuid, comment=label,
+                          writers={"screen", "app"} if config.dashboard else {"screen"})
         # labml read the project's git remotes in create(); run.yaml and the dashboard get them at
         # start(). A credential in a remote URL (https://user:token@host/…) is dropped in between.
         run = experiment_singleton().run
