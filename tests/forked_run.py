@@ -31,6 +31,9 @@ from tests.zygote import BOOT, MARK, MESSAGE_BYTES
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_TIME_ONLY = frozenset({MARK, "PYTEST_CURRENT_TEST", "HOLD_FILE", "HOLD_UNTIL"})
+# Read only by libraries the zygote never imports (Ray, labml-app: tests/zygote.py checks), and set
+# in the pytest process itself by a private Ray or a dashboard a test starts there.
+RUN_TIME_PREFIXES = ("RAY_", "LABML_APP_SERVER_")
 # The Popen arguments a forked run honours; any other starts a plain interpreter.
 HONOURED = frozenset({"cwd", "env", "stdin", "stdout", "stderr", "text", "start_new_session"})
 # The environment before any test changed it (this module is imported with tests/conftest.py).
@@ -95,7 +98,8 @@ def forkable(argv: list[str], kwargs: dict[str, Any]) -> bool:
     env, base = kwargs.get("env") or dict(os.environ), zygote_env()
     if len(env.get(MARK, "0" * 32)) != 32:
         return False
-    return all(env.get(name) == base.get(name) for name in (env.keys() | base.keys()) - RUN_TIME_ONLY)
+    return all(env.get(name) == base.get(name) for name in (env.keys() | base.keys()) - RUN_TIME_ONLY
+               if not name.startswith(RUN_TIME_PREFIXES))
 
 
 def popen(argv: list[str], **kwargs: Any) -> subprocess.Popen:

@@ -56,6 +56,8 @@ def preload() -> None:
     # By package name, not by path: the virtual environment may lie inside the checkout (.venv).
     ours = sorted(name for name in sys.modules if name.partition(".")[0] in OUR_PACKAGES)
     assert ours == [], f"the zygote imported the project's own modules: {ours}"
+    # What these read of the environment may differ from run to run (tests/forked_run.py RUN_TIME_PREFIXES).
+    assert not {"ray", "labml_app"} & sys.modules.keys(), "the zygote imported Ray or labml-app"
     # The objects imported so far are never collected: the children's collections skip them, so
     # they do not copy the pages those objects live on.
     gc.freeze()

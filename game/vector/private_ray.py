@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from game.vector.ray_cluster import cluster_refusal, prepare_to_join, quiet_cluster_messages
+from game.vector.ray_cluster import LOCAL_ONLY_VARIABLE, cluster_refusal, prepare_to_join, quiet_cluster_messages
 from game.vector.stale_ray_folders import PREFIX, remove_stale_folders, write_owner
 
 __all__ = ["INSTALL_HINT", "MIN_RAY", "cluster_refusal", "import_ray", "join_ray_cluster", "prepare_to_join",
@@ -53,7 +53,6 @@ __all__ = ["INSTALL_HINT", "MIN_RAY", "cluster_refusal", "import_ray", "join_ray
 INSTALL_HINT = 'pip install -e ".[ray]"'
 MIN_RAY = (2, 60)
 LOOPBACK = "127.0.0.1"
-LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # read once, when `ray` is first imported
 # What a private instance replaces while it runs: a token or a mode set for a cluster must not
 # decide the private instance's token, nor turn its authentication off.
 _REPLACED = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")
