@@ -30,7 +30,9 @@ from typing import Any
 from tests.zygote import BOOT, MARK, MESSAGE_BYTES
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_TIME_ONLY = frozenset({MARK, "PYTEST_CURRENT_TEST", "HOLD_FILE", "HOLD_UNTIL"})
+# PYTHONBREAKPOINT is read at each breakpoint() call, not at start-up; ray.init sets it in the
+# pytest process whenever a test starts a private Ray there.
+RUN_TIME_ONLY = frozenset({MARK, "PYTEST_CURRENT_TEST", "HOLD_FILE", "HOLD_UNTIL", "PYTHONBREAKPOINT"})
 # Read only by libraries the zygote never imports (Ray, labml-app: tests/zygote.py checks), and set
 # in the pytest process itself by a private Ray or a dashboard a test starts there.
 RUN_TIME_PREFIXES = ("RAY_", "LABML_APP_SERVER_")
@@ -95,11 +97,15 @@ def forkable(argv: list[str], kwargs: dict[str, Any]) -> bool:
         return False
     if len(argv) < 3 or argv[0] != sys.executable or argv[1] not in ("-m", "-c"):
         return False
-    env, base = kwargs.get("env") or dict(os.environ), zygote_env()
-    if len(env.get(MARK, "0" * 32)) != 32:
-        return False
-    return all(env.get(name) == base.get(name) for name in (env.keys() | base.keys()) - RUN_TIME_ONLY
-               if not name.startswith(RUN_TIME_PREFIXES))
+    env = kwargs.get("env") or dict(os.environ)
+    return len(env.get(MARK, "0" * 32)) == 32 and differing_variables(env) == []
+
+
+def differing_variables(env: dict[str, str]) -> list[str]:
+    """The variables of `env` that the zygote's imports may have read otherwise (none: forkable)."""
+    base = zygote_env()
+    return sorted(name for name in (env.keys() | base.keys()) - RUN_TIME_ONLY
+                  if not name.startswith(RUN_TIME_PREFIXES) and env.get(name) != base.get(name))
 
 
 def popen(argv: list[str], **kwargs: Any) -> subprocess.Popen:

@@ -36,6 +36,7 @@ sys.exit(int(sys.argv[1]))
 
 def test_a_forked_run_is_the_command_a_plain_interpreter_runs(tmp_path: Path) -> None:
     cli = Cli()
+    assert forked_run.differing_variables(cli.env()) == []  # nothing a preloaded library read differs
     argv = [sys.executable, "-c", REPORT, "3", "an argument"]
     forked = forked_run.run(argv, cwd=tmp_path, env=cli.env(), text=True, timeout=600)
     plain = subprocess.run(argv, cwd=tmp_path, env=cli.env(), capture_output=True, text=True, timeout=600)
@@ -61,6 +62,7 @@ SLEEPER = "import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_
 
 def test_signals_reach_the_run_itself_and_its_end_is_read_as_from_a_child() -> None:
     cli = Cli()
+    assert forked_run.differing_variables(cli.env()) == []
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         # SIGINT's handler set as an interactive shell leaves it (a background job inherits it ignored)
         process = forked_run.popen([sys.executable, "-c", SLEEPER],
