@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,9 @@ from tests.zygote import BOOT, MARK, MESSAGE_BYTES
 REPO = Path(__file__).resolve().parents[1]
 # PYTHONBREAKPOINT is read at each breakpoint() call, not at start-up; ray.init sets it in the
 # pytest process whenever a test starts a private Ray there.
-RUN_TIME_ONLY = frozenset({MARK, "PYTEST_CURRENT_TEST", "HOLD_FILE", "HOLD_UNTIL", "PYTHONBREAKPOINT"})
+# TORCHINDUCTOR_CACHE_DIR, which torch sets in the pytest process on first use, is read at use too.
+RUN_TIME_ONLY = frozenset({MARK, "PYTEST_CURRENT_TEST", "HOLD_FILE", "HOLD_UNTIL", "PYTHONBREAKPOINT",
+                           "TORCHINDUCTOR_CACHE_DIR"})
 # Read only by libraries the zygote never imports (Ray, labml-app: tests/zygote.py checks), and set
 # in the pytest process itself by a private Ray or a dashboard a test starts there.
 RUN_TIME_PREFIXES = ("RAY_", "LABML_APP_SERVER_")
@@ -128,6 +131,24 @@ def run(argv: list[str], timeout: float | None = None, **kwargs: Any) -> subproc
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
+def marked(pid: int, marker: str | None, timeout_s: float = 60.0) -> None:
+    """Until the forked run shows its marker in /proc (it writes it over the zygote's placeholder
+    first thing), so that a search for the test's processes finds it from the moment Popen returns,
+    as it finds a plain child; at once for a run without one, or one that has already ended."""
+    if marker is None:
+        return
+    wanted, deadline = f"{MARK}={marker}".encode(), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if wanted in Path(f"/proc/{pid}/environ").read_bytes():
+                return
+            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                return  # ended (a zombie until the test reads its exit)
+        except OSError:
+            return
+        time.sleep(0.001)
+
+
 def umask() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("Umask:"):
@@ -159,6 +180,7 @@ class ForkedPopen(subprocess.Popen):
         self._connection = connection
         self.pid = json.loads(reply)["pid"]
         self._child_created = True
+        marked(self.pid, request["env"].get(MARK))
         # As Popen does once its child is started: the child's ends of the pipes are the child's.
         if p2cread != -1 and p2cwrite != -1 and p2cread != getattr(self, "_devnull", None):
             os.close(p2cread)

@@ -18,6 +18,12 @@ import pytest
 from tests import forked_run, process_table
 from tests.conftest import MARK, REPO, Cli
 
+
+def forkable_env(cli: Cli) -> dict[str, str]:
+    """`cli`'s environment as the session began, before a test of this worker set anything in the
+    pytest process (a private Ray, a dashboard and torch each set some): the one the zygote has."""
+    return dict(forked_run.zygote_env(), **{MARK: cli.marker})
+
 pytestmark = pytest.mark.slow
 
 REPORT = r"""
@@ -36,10 +42,9 @@ sys.exit(int(sys.argv[1]))
 
 def test_a_forked_run_is_the_command_a_plain_interpreter_runs(tmp_path: Path) -> None:
     cli = Cli()
-    assert forked_run.differing_variables(cli.env()) == []  # nothing a preloaded library read differs
     argv = [sys.executable, "-c", REPORT, "3", "an argument"]
-    forked = forked_run.run(argv, cwd=tmp_path, env=cli.env(), text=True, timeout=600)
-    plain = subprocess.run(argv, cwd=tmp_path, env=cli.env(), capture_output=True, text=True, timeout=600)
+    forked = forked_run.run(argv, cwd=tmp_path, env=forkable_env(cli), text=True, timeout=600)
+    plain = subprocess.run(argv, cwd=tmp_path, env=forkable_env(cli), capture_output=True, text=True, timeout=600)
     assert forked.returncode == plain.returncode == 3, (forked.stderr[-3000:], plain.stderr[-3000:])
     assert forked.stderr == plain.stderr == ""
     (forked_line, forked_end), (plain_line, plain_end) = forked.stdout.splitlines(), plain.stdout.splitlines()
@@ -53,7 +58,7 @@ def test_a_forked_run_is_the_command_a_plain_interpreter_runs(tmp_path: Path) ->
                                 "marker": cli.marker, "shown": [f"{MARK}={cli.marker}"], "ours": [], "main": ["atexit", "environ", "json", "os", "sys"]}
     # `python -m`: the module's file as argv[0], the directory first on sys.path, its own exit code
     (tmp_path / "command.py").write_text("import sys\nprint(sys.argv, sys.path[0], flush=True)\nsys.exit(5)\n")
-    module = forked_run.run([sys.executable, "-m", "command", "x"], cwd=tmp_path, env=cli.env(), text=True, timeout=600)
+    module = forked_run.run([sys.executable, "-m", "command", "x"], cwd=tmp_path, env=forkable_env(cli), text=True, timeout=600)
     assert (module.returncode, module.stdout) == (5, f"{[str(tmp_path / 'command.py'), 'x']} {tmp_path}\n"), module.stderr
 
 
@@ -62,11 +67,10 @@ SLEEPER = "import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_
 
 def test_signals_reach_the_run_itself_and_its_end_is_read_as_from_a_child() -> None:
     cli = Cli()
-    assert forked_run.differing_variables(cli.env()) == []
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         # SIGINT's handler set as an interactive shell leaves it (a background job inherits it ignored)
         process = forked_run.popen([sys.executable, "-c", SLEEPER],
-                                   cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                   cwd=REPO, env=forkable_env(cli), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert isinstance(process, forked_run.ForkedPopen)
         assert process.stdout is not None and process.stdout.readline() == "up\n"
         assert process.poll() is None
@@ -82,12 +86,12 @@ def test_signals_reach_the_run_itself_and_its_end_is_read_as_from_a_child() -> N
 
 def test_what_the_libraries_read_at_import_if_changed_gets_a_plain_interpreter() -> None:
     for changed in ({"OMP_NUM_THREADS": "1"}, {"PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}, {"NEW_VARIABLE": "x"}):
-        env = dict(Cli().env(), **changed)
+        env = dict(forkable_env(Cli()), **changed)
         process = forked_run.popen([sys.executable, "-c", "import sys; print('torch' in sys.modules)"], cwd=REPO,
                                    env=env, stdout=subprocess.PIPE, text=True)
         out, _ = process.communicate(timeout=600)
         assert type(process) is subprocess.Popen and out == "False\n", changed
-    held = forked_run.popen([sys.executable, "-c", "pass"], cwd=REPO, env=dict(Cli().env(), HOLD_FILE="x"))
+    held = forked_run.popen([sys.executable, "-c", "pass"], cwd=REPO, env=dict(forkable_env(Cli()), HOLD_FILE="x"))
     assert isinstance(held, forked_run.ForkedPopen) and held.wait(timeout=600) == 0
 
 
