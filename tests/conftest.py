@@ -223,6 +223,14 @@ def finished_population() -> dict:
     return read_finished_population(made_once(json.dumps(["experiments.pbt", *POPULATION]), make_finished_population))
 
 
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real 3-node Ray cluster per pytest worker, for every cluster test (tests/cluster_support.py)."""
+    from tests.cluster_support import started_cluster
+
+    yield from started_cluster(tmp_path_factory)
+
+
 # What the fast selection (`-m "not slow and not ray and not browser"`) leaves out, by what a test
 # uses rather than by a list kept by hand: a whole command-line session, a dashboard server (the
 # module's, or one a test starts itself: every such test checks with `no_leftover_processes` that

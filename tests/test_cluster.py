@@ -1,7 +1,6 @@
-"""The cluster path on a real Ray cluster of 3 nodes on this machine (tools/local_cluster.py), as
-docs/ray.md tells a user to drive it: the cluster's token in RAY_AUTH_TOKEN_PATH alone, then
-`--ray-address`. One cluster for the whole module (Ray takes tens of seconds to start 3 nodes on
-2 cores); the test that loses a node runs last, and every test checks what it started left nothing.
+"""The cluster path on a real Ray cluster of 3 nodes on this machine (tests/cluster_support.py's
+shared `local_cluster`), as docs/ray.md tells a user to drive it. The test that loses a node runs
+last, and every test checks what it started left nothing.
 """
 
 from __future__ import annotations
@@ -11,83 +10,15 @@ import json
 import os
 import signal
 import stat
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from game.vector.private_ray import ray_installed
 from tests import process_table
-from tests.conftest import MARK, REPO, Cli, wait_until_no_processes
+from tests.cluster_support import TINY, LocalCluster, environ_of, run_driver, wait_dead
+from tests.conftest import MARK, Cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
-
-TOOL = REPO / "tools" / "local_cluster.py"
-TINY = ("--updates", "2", "--worker-steps", "8", "--minibatches", "1", "--epochs", "1")
-
-
-@dataclass
-class LocalCluster:
-    process: subprocess.Popen[str]
-    marker: str  # in the environment of every process of every node
-    exports: dict[str, str]  # what the tool printed, NAME=value
-
-    @property
-    def address(self) -> str:
-        return self.exports["RAY_ADDRESS"]
-
-    def nodes(self) -> list[dict]:
-        return json.loads(Path(self.exports["LOCAL_CLUSTER_NODES"]).read_text())
-
-    def driver_env(self, cli: Cli, **changes: str | None) -> dict[str, str]:
-        """A driver's environment as docs/ray.md sets it: the token's path, no RAY_AUTH_MODE (the
-        commands set it), then `changes` (None: removed)."""
-        env = {k: v for k, v in cli.env().items() if not k.startswith("RAY_")}
-        env["RAY_AUTH_TOKEN_PATH"] = self.exports["RAY_AUTH_TOKEN_PATH"]
-        for name, value in changes.items():
-            if value is None:
-                env.pop(name, None)
-            else:
-                env[name] = value
-        return env
-
-
-@pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """tools/local_cluster.py --nodes 3 --cpus-per-node 1, stopped (SIGTERM) after the module's
-    tests; it must leave no process and no folder."""
-    if not ray_installed():
-        pytest.skip('Ray is not installed (pip install -e ".[ray]")')
-    marker = Cli().marker
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update({MARK: marker, "PYTHONPATH": str(REPO)})
-    log = tmp_path_factory.mktemp("local-cluster") / "stderr"
-    process = subprocess.Popen([sys.executable, str(TOOL), "--nodes", "3", "--cpus-per-node", "1"], cwd=REPO, env=env,
-                               stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
-    exports: dict[str, str] = {}
-    try:
-        assert process.stdout is not None
-        while "LOCAL_CLUSTER_NODES" not in exports:  # the tool prints its lines once every node is up
-            line = process.stdout.readline()
-            assert line, f"the cluster did not start (exit {process.wait()}): {log.read_text()[-3000:]}"
-            name, _, value = line.strip().partition("=")
-            exports[name] = value
-        yield LocalCluster(process, marker, exports)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=180)
-        folder = Path(exports["RAY_AUTH_TOKEN_PATH"]).parent if "RAY_AUTH_TOKEN_PATH" in exports else None
-        assert process.returncode == 0, log.read_text()[-3000:]
-        assert wait_until_no_processes(marker) == []
-        assert folder is None or not folder.exists()
-
-
-def run_driver(cluster: LocalCluster, cli: Cli, module: str, *args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=cluster.driver_env(cli, **env),
-                          capture_output=True, text=True, timeout=600)
 
 
 def test_the_local_cluster_listens_on_loopback_only_with_a_private_token(local_cluster: LocalCluster) -> None:
@@ -186,9 +117,9 @@ def test_a_runs_actors_spread_over_nodes_and_one_lost_with_its_node_is_replaced_
     assert len(used) == 2 and set(used) <= ids, used
     victim = next(n for n in local_cluster.nodes() if n["name"] != "head" and n["node_id"] in used)
     os.kill(victim["raylet_pid"], signal.SIGKILL)
-    assert _wait_dead(victim["process_pid"])  # its node's supervisor ends with what was left of the node
+    assert wait_dead(victim["process_pid"])  # its node's supervisor ends with what was left of the node
     orphans = [pid for pid in process_table.marked(MARK, local_cluster.marker)
-               if _environ(pid).get("RAY_RAYLET_PID") == str(victim["raylet_pid"])]
+               if environ_of(pid).get("RAY_RAYLET_PID") == str(victim["raylet_pid"])]
     assert orphans == []  # no worker of the lost node lives on
     hold.with_suffix(".go").touch()
     out, err = run.communicate(timeout=600)
@@ -207,23 +138,3 @@ def test_a_runs_actors_spread_over_nodes_and_one_lost_with_its_node_is_replaced_
     with (summary_path.parent / "updates.csv").open() as f:
         assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2]
     assert cli.leftovers() == []
-
-
-def _wait_dead(pid: int, timeout_s: float = 120) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while process_table.is_alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    return dict(v.decode(errors="replace").split("=", 1) for v in raw.split(b"\0") if b"=" in v)
-
