@@ -12,11 +12,13 @@ tests/dashboard/ fail when one moves.
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from labml import experiment, monit, tracker
+from labml.internal.computer.configs import computer_singleton
 from labml.internal.experiment import experiment_singleton
 from labml.internal.lab import lab_singleton
 from labml.internal.monitor import monitor_singleton
@@ -86,7 +88,12 @@ class LabmlRun:
         monitor_singleton().silent()  # labml's own progress line: ours is shown instead
         if self.config.dashboard and history is not None:
             send_history(self.config.dashboard, experiment.get_uuid(), *history, self.say)
-        experiment.start()  # its end is reported by `finish`, with the run's real status
+        # start() registers the project in the user's labml folder by listing it and deleting the
+        # duplicates it finds; two runs starting at once (a sweep's trials, a population's members)
+        # could each delete a file the other was reading. One lock around it, shared by our runs.
+        with (computer_singleton().config_folder / "projects.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            experiment.start()  # its end is reported by `finish`, with the run's real status
         tracker.set_global_step(env_steps)
 
     def updates(self, first: int, last: int) -> Iterable[int]:
