@@ -47,6 +47,7 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecFrameStack
 
     from ppo.checkpoint import write_json
@@ -78,6 +79,9 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     env = VecFrameStack(make_atari_env(ENV_ID, n_envs=ZOO_N_ENVS, seed=seed), n_stack=4)
     model = PPO("CnnPolicy", env, learning_rate=linear(ZOO_LEARNING_RATE), clip_range=linear(ZOO_CLIP_RANGE),
                 seed=seed, verbose=0, **ZOO_ATARI)
+    # Without a logger of its own, learn() makes SB3's default one, which leaves an empty folder in
+    # the temp dir at every run; the games and the summary below are the whole record.
+    model.set_logger(Logger(folder=None, output_formats=[]))
 
     def write_summary(status: str) -> None:
         # Written first as `running`, so a run that never ends (killed, its machine lost) still names

@@ -43,7 +43,8 @@ def test_curves_trains_seeds_and_draws_them(cli, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason='the peer needs pip install -e ".[compare]"')
-def test_the_sb3_peer_writes_full_game_records(cli, tmp_path: Path) -> None:
+def test_the_sb3_peer_writes_full_game_records(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3-log"))  # where SB3's default logger would make its folder
     result = cli.run("experiments.peer_sb3", "--seed", "1", "--total-env-steps", "2048", "--stop-after-env-steps", "1024",
                      "--run-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -55,6 +56,7 @@ def test_the_sb3_peer_writes_full_game_records(cli, tmp_path: Path) -> None:
     assert summary["env_steps"] >= 1024 and summary["status"] == "completed"
     [machine] = summary["machines"]  # SB3 too repeats a seed on one machine only
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and machine["device"] == "cpu"
+    assert not (tmp_path / "sb3-log").exists()  # nothing left outside the run's folder
     assert cli.leftovers() == []
 
 
