@@ -213,38 +213,48 @@ class ResumePoint:
 def read_resume_point(paths: Sequence[Path]) -> ResumePoint:
     """The one call that checks everything a checkpoint holds: its version and fields, every
     tensor's layout (before any copy), its config, finite parameters of the model of its game's
-    actions and frames, its random states and its games' states; `CheckpointError` in one line
-    otherwise. `paths`: a run's kept checkpoints, newest first, or a single file. A truncated or
-    poisoned newest checkpoint does not lose the run: the one before it is used, with a warning
-    naming what was skipped; when none loads, the newest one's error is raised."""
-    errors: list[CheckpointError] = []
+    actions and frames, its random states and its games' states. `paths`: a run's kept checkpoints,
+    newest first, or a single file. A truncated or poisoned newest checkpoint does not lose the run:
+    the one before it is used, with a warning naming what was skipped.
+
+    Otherwise `CheckpointError`, whose one line (`refusal_of`) is what `--resume` and `evaluate` both
+    print for the same file: the newest one's error when none loads."""
+    refused: list[str] = []
     for path in paths:
-        if errors and not path.exists():
+        if refused and not path.exists():
             continue
         try:
-            checkpoint = read_checkpoint(path)
+            checkpoint = Checkpoint.from_stored(load_checkpoint(path))
             if not all(bool(torch.isfinite(t).all()) for t in checkpoint.model.values() if t.is_floating_point()):
-                raise CheckpointError(f"checkpoint {path} holds NaN/inf parameters")
+                raise CheckpointError("the checkpoint holds NaN/inf parameters")
         except CheckpointError as e:
-            errors.append(e)
+            refused.append(refusal_of(path, e))
             continue
-        notes = [f"warning: {str(errors[0]).splitlines()[0]}; resuming from the one before it, {path.name} "
-                 f"(update {checkpoint.update})"] if errors else []
+        notes = [f"warning: {refused[0]}; resuming from the one before it, {path.name} (update {checkpoint.update})"] if refused else []
         try:
-            config = PPOConfig.from_dict(checkpoint.config)
-        except (ConfigError, TypeError) as e:
-            raise CheckpointError(f"checkpoint {path} holds a config of another version ({e})") from None
-        if not is_known_game(config.game):
-            raise CheckpointError(f"checkpoint {path}'s config names {config.game!r}, not an ALE game")
-        checkpoint.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
-        checkpoint.check_random_states()
-        if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, config.n_envs)):
-            raise CheckpointError(f"the checkpoint's {problem}; nothing was started")
+            try:
+                config = PPOConfig.from_dict(checkpoint.config)
+            except (ConfigError, TypeError) as e:
+                raise CheckpointError(f"the checkpoint holds a config of another version ({e})") from None
+            if not is_known_game(config.game):
+                raise CheckpointError(f"the checkpoint's config names {config.game!r}, not an ALE game")
+            checkpoint.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
+            checkpoint.check_random_states()
+            if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, config.n_envs)):
+                raise CheckpointError(f"the checkpoint's {problem}; nothing was started")
+        except CheckpointError as e:
+            raise CheckpointError(refusal_of(path, e)) from None
         checked = dataclasses.replace(checkpoint, live_values=checked_live_values(checkpoint.live_values, notes),
                                       machines=checked_machines(checkpoint.machines, notes),
                                       machine_choices=checked_machine_choices(checkpoint.machine_choices, notes))
         return ResumePoint(checked, config, path, tuple(notes))
-    raise errors[0]
+    raise CheckpointError(refused[0])
+
+
+def refusal_of(path: Path, error: CheckpointError) -> str:
+    """The one line that refuses the checkpoint file `path`, shaped as every refusal of bad input is
+    (configs/refusals.py): the file, what is accepted, and what is wrong with it."""
+    return f"{path}: expected a checkpoint written by python -m experiments.breakout ({error})"
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -221,6 +221,6 @@ def test_a_checkpoint_whose_random_states_cannot_be_restored_is_refused_before_a
             save_checkpoint(path, {**load_checkpoint(path), field: value})
         refused = (refused_resume(cli, tmp_path, summary) if index == 0
                    else refused_resume_in_process(capsys, tmp_path, summary))
-        assert refused == [f"error: {why}"], field
+        assert refused == [f"error: {paths[0]}: expected a checkpoint written by python -m experiments.breakout ({why})"], field
         for path, data in good.items():
             path.write_bytes(data)

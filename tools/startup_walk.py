@@ -15,6 +15,7 @@ ground floor, ppo/ the next, experiments/ the top). Prints the stops, then the t
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ def walk(argv: Sequence[str]) -> tuple[list[Stop], int | None]:
 
 
 def climbs(stops: Sequence[Stop]) -> int:
-    return sum(later.floor > earlier.floor for earlier, later in zip(stops, stops[1:]))
+    return sum(later.floor > earlier.floor for earlier, later in itertools.pairwise(stops))
 
 
 def main(argv: Sequence[str]) -> int:
