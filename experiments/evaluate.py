@@ -169,6 +169,12 @@ def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) ->
         path = Path(checkpoint)
         if folder is not None and not path.resolve().is_relative_to(folder.path.resolve()):
             bad_value("--checkpoint", checkpoint, f"a checkpoint of run {run}, i.e. a file under {folder.path}/ (or drop --run)")
+        try:
+            found = path.is_file()
+        except OSError:  # a name too long for the filesystem
+            found = False
+        if not found:
+            bad_value("--checkpoint", checkpoint, f"a readable checkpoint written by python -m experiments.breakout (no checkpoint at {path})")
         return Located(path, "--checkpoint", checkpoint, folder.path if folder is not None else run_folder_of(path))
     assert folder is not None and run is not None
     path = checkpoint_path(folder.path)

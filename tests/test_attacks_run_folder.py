@@ -275,7 +275,8 @@ def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(
     lines = (refused_resume(cli, tmp_path, summary) if garbage == "random bytes"
              else refused_resume_in_process(capsys, tmp_path, summary))
     newest = checkpoint_path(Path(summary["run_dir"]))
-    assert len(lines) == 1 and lines[0].startswith(f"error: {newest}: expected a checkpoint written by python -m experiments.breakout (the checkpoint's env_states[0] "), lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {newest}: expected a checkpoint written by python -m experiments.breakout (the checkpoint's env_states[0] "), lines
     assert lines[0].endswith("; nothing was started)"), lines
     if garbage == "an oversized state":
         assert "is not an emulator state (1,048,577 bytes, expected 1 to 1,048,576)" in lines[0]
