@@ -18,18 +18,16 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 FLOORS = {"configs": 0, "game": 0, "ppo": 1, "experiments": 2}
 WALKED = "experiments"
 
 
-@dataclass(frozen=True)
-class Stop:
+class Stop(NamedTuple):
     name: str  # the function's qualified name, a nested one's holder
     file: str  # relative to the checkout
     floor: int
@@ -56,7 +54,8 @@ def walk(argv: Sequence[str]) -> tuple[list[Stop], int | None]:
     walked: set[int] = set()  # ids of the live frames the walk went into
 
     def holder(frame: FrameType) -> str:
-        return frame.f_code.co_qualname.split(".<locals>", 1)[0]
+        qualname: str = frame.f_code.co_qualname  # type: ignore[attr-defined]  # Python 3.11+ (checked in `main`)
+        return qualname.split(".<locals>", 1)[0]
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event == "return" and id(frame) in walked:
@@ -98,6 +97,9 @@ def climbs(stops: Sequence[Stop]) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
+    if sys.version_info < (3, 11):  # before, a code object does not name the function that holds a nested one
+        print("error: the walk needs Python 3.11 or later", file=sys.stderr)
+        return 2
     stops, refused = walk(argv)
     for number, stop in enumerate(stops, start=1):
         climb = "climb" if number > 1 and stop.floor > stops[number - 2].floor else ""
