@@ -100,10 +100,9 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
     import torch
 
     from experiments.benchmark_measures import measure_ale_vector, measure_network, measure_pool_and_trainer, status_kb
-    from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device, resolve_precision
+    from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_compute
 
-    device = resolve_device(config.device)
-    compute_dtype = resolve_precision(config.precision, device)
+    device, compute_dtype = resolve_compute(config.device, config.precision)
     started = time.perf_counter()
     result: dict[str, Any] = {}
     log(f"[1/3] ale-py AtariVectorEnv, {config.n_envs} envs, {os.cpu_count()} threads, alone in a fresh process …")
@@ -216,10 +215,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     description = "Measure env, network and training-loop speed against this machine's limits."
     # Grouped by this machine's cores unless chosen: what a plain training run here would run.
     config, args, _ = parse_config(argv, prog, description, extra, canonical_game, cores=usable_cores())
-    from ppo.devices import resolve_device, resolve_precision
+    from ppo.devices import resolve_compute
 
     try:  # the device and its precision, before anything is built or timed
-        resolve_precision(config.precision, resolve_device(config.device))
+        resolve_compute(config.device, config.precision)
     except ConfigError as e:
         fail(str(e))
     result = run_benchmark(config, args.duration, args.warmup_updates, compiled=args.compile)

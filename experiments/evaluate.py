@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from configs.cli import OneLineParser, bad_value, fail
 from configs.fields import DEFAULT_GREEDY_EPSILON, MAX_SEED, MAX_UPDATES, device_name
@@ -112,10 +112,12 @@ def _check_writable(text: str, path: Path) -> None:
         bad_value("--video", text, f"a path in a writable folder ({parent}: {e.strerror or e})")
 
 
-def run_folder_of(checkpoint_file: Path, uuid: str | None) -> Path | None:
-    """The folder of the run a checkpoint belongs to, `data_dir/<name>/<uuid>/`: the nearest folder
-    above it named by its run's uuid (as given first, so a relative path stays one), or None."""
-    if uuid is None:
+def run_folder_of(checkpoint_file: Path) -> Path | None:
+    """The folder of the run a checkpoint given alone belongs to, `data_dir/<name>/<uuid>/`: the
+    nearest folder above it named by the uuid that its place names (as given first, so a relative
+    path stays one), or None when it lies in no run's folder."""
+    uuid = checkpoint_file.resolve().parent.parent.name  # data_dir/name/<uuid>/checkpoints/
+    if not _UUID.match(uuid):
         return None
     for path in (checkpoint_file, checkpoint_file.resolve()):
         for folder in path.parents:
@@ -124,22 +126,32 @@ def run_folder_of(checkpoint_file: Path, uuid: str | None) -> Path | None:
     return None
 
 
-def film_in_run_folder(text: str, video: Path, checkpoint_file: Path, uuid: str | None) -> Path:
-    """Where `--video TEXT` is written: a bare name into the run's folder, checked there; a path
-    with a folder as it is (checked already)."""
+def film_in_run_folder(text: str, video: Path, checkpoint_file: Path, run_dir: Path | None) -> Path:
+    """Where `--video TEXT` is written: a bare name into the run's folder `run_dir`, checked there; a
+    path with a folder as it is (checked already)."""
     if "/" in text:
         return video
-    folder = run_folder_of(checkpoint_file, uuid)
-    if folder is None:
+    if run_dir is None:
         bad_value("--video", text, f"a path with a folder, such as ./{text}: a bare name goes into the run's "
                                    f"folder, and {checkpoint_file} lies in no run folder")
-    _check_writable(text, folder / video)
-    return folder / video
+    _check_writable(text, run_dir / video)
+    return run_dir / video
 
 
-def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) -> tuple[Path, str, str, str | None]:
-    """(checkpoint path, the option and value that named it, run uuid) from --run (a run's uuid or
-    its first 8 or more digits) and/or --checkpoint; exits on bad input, before torch is loaded."""
+class Located(NamedTuple):
+    path: Path  # the checkpoint file
+    option: str  # the option that named it, and its value
+    value: str
+    run_dir: Path | None  # the folder of its run: --run's own, or the one a --checkpoint given alone lies in
+
+    @property
+    def run_uuid(self) -> str | None:
+        return self.run_dir.name if self.run_dir is not None else None
+
+
+def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) -> Located:
+    """The checkpoint named by --run (a run's uuid or its first 8 or more digits) and/or
+    --checkpoint, and its run's folder; exits on bad input, before torch is loaded."""
     from experiments.run.folders import RunFolder, checkpoint_path
 
     if run is None and checkpoint is None:
@@ -157,23 +169,29 @@ def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) ->
         path = Path(checkpoint)
         if folder is not None and not path.resolve().is_relative_to(folder.path.resolve()):
             bad_value("--checkpoint", checkpoint, f"a checkpoint of run {run}, i.e. a file under {folder.path}/ (or drop --run)")
-        found = path.resolve().parent.parent.name  # data_dir/name/<uuid>/checkpoints/
-        return path, "--checkpoint", checkpoint, folder.uuid if folder is not None else found if _UUID.match(found) else None
+        try:
+            found = path.is_file()
+        except OSError:  # a name too long for the filesystem
+            found = False
+        if not found:
+            bad_value("--checkpoint", checkpoint, f"a readable checkpoint written by python -m experiments.breakout (no checkpoint at {path})")
+        return Located(path, "--checkpoint", checkpoint, folder.path if folder is not None else run_folder_of(path))
     assert folder is not None and run is not None
     path = checkpoint_path(folder.path)
     if not path.exists():
         bad_value("--run", run, f"a readable checkpoint written by python -m experiments.breakout (no checkpoint at {path})")
-    return path, "--run", run, folder.uuid
+    return Located(path, "--run", run, folder.path)
 
 
-def read_checked(path: Path, option: str, value: str) -> ResumePoint:
-    """The checkpoint at `path`, checked whole as a resume checks it (ppo.checkpoint.read_resume_point)."""
+def read_checked(path: Path) -> ResumePoint:
+    """The checkpoint at `path`, checked whole as a resume checks it, and refused in the very line
+    a resume of it prints (ppo.checkpoint.read_resume_point)."""
     from ppo.checkpoint import CheckpointError, read_resume_point
 
     try:
         return read_resume_point([path])
     except CheckpointError as e:
-        bad_value(option, value, f"a readable checkpoint written by python -m experiments.breakout ({e})")
+        fail(str(e))
 
 
 PROG = "python -m experiments.evaluate"
@@ -223,17 +241,18 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     epsilon = _epsilon(args.epsilon, args.greedy)
     check_device_name(args.device)
     video = _video_path(args.video)
-    path, option, value, run_uuid = locate_checkpoint(args.run, args.checkpoint, args.data_dir)
+    located = locate_checkpoint(args.run, args.checkpoint, args.data_dir)
+    path = located.path
     # The learner (torch) once the command line and the run are accepted.
     from ppo.evaluation import evaluation_spec, model_from_checkpoint, play_games, summarize
 
     device = parse_device(args.device)
-    point = read_checked(path, option, value)
+    point = read_checked(path)
     state = point.checkpoint
     spec = evaluation_spec(state.config, seed)
     model = model_from_checkpoint(state.stored(), device)
     if video is not None:
-        video = film_in_run_folder(args.video, video, path, run_uuid)
+        video = film_in_run_folder(args.video, video, path, located.run_dir)
 
     assert games is not None and seed is not None
     mode = "greedy" if args.greedy else "sampled"
@@ -266,7 +285,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         "epsilon": epsilon,
         "seed": seed,
         "game": spec.game,
-        "run_uuid": run_uuid,
+        "run_uuid": located.run_uuid,
         "update": state.update,
         "env_steps": state.env_steps,
     }

@@ -2,7 +2,8 @@
 the file that holds it, written atomically (a crash or a full disk mid-write leaves the previous file
 whole, because the new one only replaces it once it is completely on disk). The file holds the
 checkpoint's fields as a plain dict (`Checkpoint.stored`), the only form `load_checkpoint` accepts.
-`check_fits` is the one answer to "can this checkpoint's model be this model?"."""
+`check_fits` is the one answer to "can this checkpoint's model be this model?". A resume goes on from
+a `ResumePoint` (`read_resume_point`), told what a new grouping of its games changes (`regrouping_notes`)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from torch import nn
 
 from configs.fields import ConfigError
 from configs.files import atomic_write
+from configs.grouping import grouped_for_cores
+from configs.machine import usable_cores
 from configs.ppo import PPOConfig
-from game.atari import action_meanings, is_known_game
+from game.atari import action_meanings, is_known_game, relaunch_refusal
 from game.states import states_problem
 from ppo.checkpoint_checks import (
     CheckpointError,
@@ -36,6 +39,7 @@ from ppo.checkpoint_checks import (
     sampled_on,
     saved_n_actions,
 )
+from ppo.rollout import acting_groups
 
 __all__ = ["CheckpointError", "check_fits", "saved_n_actions"]  # also asked of a checkpoint apart (ppo/evaluation/load.py)
 
@@ -213,38 +217,74 @@ class ResumePoint:
 def read_resume_point(paths: Sequence[Path]) -> ResumePoint:
     """The one call that checks everything a checkpoint holds: its version and fields, every
     tensor's layout (before any copy), its config, finite parameters of the model of its game's
-    actions and frames, its random states and its games' states; `CheckpointError` in one line
-    otherwise. `paths`: a run's kept checkpoints, newest first, or a single file. A truncated or
-    poisoned newest checkpoint does not lose the run: the one before it is used, with a warning
-    naming what was skipped; when none loads, the newest one's error is raised."""
-    errors: list[CheckpointError] = []
+    actions and frames, its random states and its games' states. `paths`: a run's kept checkpoints,
+    newest first, or a single file. A truncated or poisoned newest checkpoint does not lose the run:
+    the one before it is used, with a warning naming what was skipped.
+
+    Otherwise `CheckpointError`, whose one line (`refusal_of`) is what `--resume` and `evaluate` both
+    print for the same file: the newest one's error when none loads."""
+    refused: list[str] = []
     for path in paths:
-        if errors and not path.exists():
+        if refused and not path.exists():
             continue
         try:
-            checkpoint = read_checkpoint(path)
+            checkpoint = Checkpoint.from_stored(load_checkpoint(path))
             if not all(bool(torch.isfinite(t).all()) for t in checkpoint.model.values() if t.is_floating_point()):
-                raise CheckpointError(f"checkpoint {path} holds NaN/inf parameters")
+                raise CheckpointError("the checkpoint holds NaN/inf parameters")
         except CheckpointError as e:
-            errors.append(e)
+            refused.append(refusal_of(path, e))
             continue
-        notes = [f"warning: {str(errors[0]).splitlines()[0]}; resuming from the one before it, {path.name} "
-                 f"(update {checkpoint.update})"] if errors else []
+        notes = [f"warning: {refused[0]}; resuming from the one before it, {path.name} (update {checkpoint.update})"] if refused else []
         try:
-            config = PPOConfig.from_dict(checkpoint.config)
-        except (ConfigError, TypeError) as e:
-            raise CheckpointError(f"checkpoint {path} holds a config of another version ({e})") from None
-        if not is_known_game(config.game):
-            raise CheckpointError(f"checkpoint {path}'s config names {config.game!r}, not an ALE game")
-        checkpoint.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
-        checkpoint.check_random_states()
-        if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, config.n_envs)):
-            raise CheckpointError(f"the checkpoint's {problem}; nothing was started")
+            try:
+                config = PPOConfig.from_dict(checkpoint.config)
+            except (ConfigError, TypeError) as e:
+                raise CheckpointError(f"the checkpoint holds a config of another version ({e})") from None
+            if not is_known_game(config.game):
+                raise CheckpointError(f"the checkpoint's config names {config.game!r}, not an ALE game")
+            if config.fire_on_reset and (refusal := relaunch_refusal(config.game, config.relaunch)):  # a resume cannot change it
+                raise CheckpointError(f"the checkpoint's config has relaunch {config.relaunch!r}: expected {refusal}")
+            checkpoint.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
+            checkpoint.check_random_states()
+            if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, config.n_envs)):
+                raise CheckpointError(f"the checkpoint's {problem}; nothing was started")
+        except CheckpointError as e:
+            raise CheckpointError(refusal_of(path, e)) from None
         checked = dataclasses.replace(checkpoint, live_values=checked_live_values(checkpoint.live_values, notes),
                                       machines=checked_machines(checkpoint.machines, notes),
                                       machine_choices=checked_machine_choices(checkpoint.machine_choices, notes))
         return ResumePoint(checked, config, path, tuple(notes))
-    raise errors[0]
+    raise CheckpointError(refused[0])
+
+
+def refusal_of(path: Path, error: CheckpointError) -> str:
+    """The one line that refuses the checkpoint file `path`, shaped as every refusal of bad input is
+    (configs/refusals.py): the file, what is accepted, and what is wrong with it."""
+    return f"{path}: expected a checkpoint written by python -m experiments.breakout ({error})"
+
+
+def regrouping_notes(saved: PPOConfig, config: PPOConfig) -> list[str]:
+    """A resume keeps its run's grouping unless told (it may be a choice: two processes a run, so
+    that eight runs share a machine), and says what a regrouping changes, or suggests one where
+    this machine's cores would group the games otherwise (`grouped_for_cores`, as for a new run):
+    whether the network acts for the same games at once, so the run goes on bit for bit."""
+    def same_batches(a: PPOConfig, b: PPOConfig) -> bool:
+        return [envs for _, envs in acting_groups(a)] == [envs for _, envs in acting_groups(b)]
+    effect = {True: "the network acts for them in the same batches, so nothing learned changes",
+              False: "the network acts for them in other batches, so from here the run is not bit for bit the one "
+                     "it would have been (a batch's size changes the last bits of its logits)"}
+    suggestion = {True: "nothing learned would change", False: "the network would act for them in other batches, "
+                                                               "so the run would not go on bit for bit"}
+    if (config.n_workers, config.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
+        return [f"note: the run's {saved.n_envs} games ran as {saved.n_workers} × {saved.envs_per_worker} and go on as "
+                f"{config.n_workers} × {config.envs_per_worker}; {effect[same_batches(saved, config)]}"]
+    cores = usable_cores()
+    suited = grouped_for_cores(saved, cores)
+    if config.backend == "local" and (suited.n_workers, suited.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
+        return [f"note: the run's {saved.n_envs} games go on as {saved.n_workers} × {saved.envs_per_worker}, as they ran; for "
+                f"this machine's {cores} usable cores, --n-workers {suited.n_workers} would group them {suited.n_workers} × "
+                f"{suited.envs_per_worker} ({suggestion[same_batches(saved, suited)]})"]
+    return []
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

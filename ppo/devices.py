@@ -58,6 +58,13 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16
 
 
+def resolve_compute(device: str, precision: str) -> tuple[torch.device, torch.dtype | None]:
+    """`--device` and `--precision` together, as every command that computes takes them: the device
+    (`resolve_device`) and the autocast dtype there (`resolve_precision`)."""
+    resolved = resolve_device(device)
+    return resolved, resolve_precision(precision, resolved)
+
+
 def precision_of(compute_dtype: torch.dtype | None) -> str:
     """The name of what a network computes in, from its autocast dtype (`resolve_precision`)."""
     return "fp32" if compute_dtype is None else "bf16"

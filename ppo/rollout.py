@@ -1,6 +1,6 @@
 """Preallocated storage for one rollout, laid out (envs, steps) as GAE wants it, the flat batch the
 optimiser reads from it, and how the envs are grouped while it is sampled (`acting_groups`; what a
-resume's regrouping changes of it: `regrouping_notes`)."""
+resume's regrouping changes of it: `ppo.checkpoint.regrouping_notes`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from configs.grouping import grouped_for_cores
-from configs.machine import usable_cores
 from configs.ppo import PPOConfig
 from ppo.gae import compute_gae
 
@@ -27,30 +25,6 @@ def acting_groups(config: PPOConfig) -> list[tuple[range, slice]]:
         return [(range(workers), slice(0, games))]
     half, per_worker = workers // 2, games // workers
     return [(range(0, half), slice(0, half * per_worker)), (range(half, workers), slice(half * per_worker, games))]
-
-
-def regrouping_notes(saved: PPOConfig, config: PPOConfig) -> list[str]:
-    """A resume keeps its run's grouping unless told (it may be a choice: two processes a run, so
-    that eight runs share a machine), and says what a regrouping changes, or suggests one where
-    this machine's cores would group the games otherwise (`grouped_for_cores`, as for a new run):
-    whether the network acts for the same games at once, so the run goes on bit for bit."""
-    def same_batches(a: PPOConfig, b: PPOConfig) -> bool:
-        return [envs for _, envs in acting_groups(a)] == [envs for _, envs in acting_groups(b)]
-    effect = {True: "the network acts for them in the same batches, so nothing learned changes",
-              False: "the network acts for them in other batches, so from here the run is not bit for bit the one "
-                     "it would have been (a batch's size changes the last bits of its logits)"}
-    suggestion = {True: "nothing learned would change", False: "the network would act for them in other batches, "
-                                                               "so the run would not go on bit for bit"}
-    if (config.n_workers, config.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
-        return [f"note: the run's {saved.n_envs} games ran as {saved.n_workers} × {saved.envs_per_worker} and go on as "
-                f"{config.n_workers} × {config.envs_per_worker}; {effect[same_batches(saved, config)]}"]
-    cores = usable_cores()
-    suited = grouped_for_cores(saved, cores)
-    if config.backend == "local" and (suited.n_workers, suited.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
-        return [f"note: the run's {saved.n_envs} games go on as {saved.n_workers} × {saved.envs_per_worker}, as they ran; for "
-                f"this machine's {cores} usable cores, --n-workers {suited.n_workers} would group them {suited.n_workers} × "
-                f"{suited.envs_per_worker} ({suggestion[same_batches(saved, suited)]})"]
-    return []
 
 
 class Batch(NamedTuple):

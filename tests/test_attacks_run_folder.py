@@ -274,8 +274,10 @@ def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(
             save_checkpoint(path, {**state, "env_states": [first, *state["env_states"][1:]]})
     lines = (refused_resume(cli, tmp_path, summary) if garbage == "random bytes"
              else refused_resume_in_process(capsys, tmp_path, summary))
-    assert len(lines) == 1 and lines[0].startswith("error: the checkpoint's env_states[0] "), lines
-    assert lines[0].endswith("; nothing was started"), lines
+    newest = checkpoint_path(Path(summary["run_dir"]))
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {newest}: expected a checkpoint written by python -m experiments.breakout (the checkpoint's env_states[0] "), lines
+    assert lines[0].endswith("; nothing was started)"), lines
     if garbage == "an oversized state":
         assert "is not an emulator state (1,048,577 bytes, expected 1 to 1,048,576)" in lines[0]
 
@@ -296,11 +298,13 @@ def test_a_checkpoint_that_is_another_file_is_refused_without_quoting_it(
         assert "'r'" not in line and "root" not in line.replace(str(tmp_path), ""), line
 
 
-def test_a_stride_0_tensor_of_a_trillion_elements_is_refused_by_resume_and_evaluate_before_any_copy(cli, tmp_path: Path) -> None:
+def test_a_stride_0_tensor_of_a_trillion_elements_is_refused_by_resume_and_evaluate_before_any_copy(
+        cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A tensor of 10⁶×10⁶ elements that all share one 4-byte place in its storage: a few bytes on
     disk, 4 TB once anything computes on it. `--resume` tried to allocate it (a 25-line traceback);
-    both commands now refuse the file in one line with the same reason (ppo/checkpoint.py
-    `read_resume_point`), before a byte of it is copied."""
+    both commands now refuse the file, before a byte of it is copied, in the same one line, made in
+    one place (ppo/checkpoint.py `read_resume_point`): `--resume` and `evaluate --run` by the real
+    commands, `evaluate --checkpoint` by its main() in this process."""
     import torch
 
     data_dir = tmp_path / "runs"
@@ -312,10 +316,11 @@ def test_a_stride_0_tensor_of_a_trillion_elements_is_refused_by_resume_and_evalu
             state = load_checkpoint(path)
             torch.save({**state, "model": {**state["model"], "policy.weight": huge}}, path)
     newest = checkpoint_path(Path(summary["run_dir"]))
-    reason = (f"checkpoint {newest}'s model['policy.weight'] is a tensor of shape (1000000, 1000000) with strides (0, 0) "
-              "over 4 bytes: expected one whose every element has a place of its own (nothing in it was used)")
+    line = (f"error: {newest}: expected a checkpoint written by python -m experiments.breakout (the checkpoint's model['policy.weight'] is a tensor "
+            "of shape (1000000, 1000000) with strides (0, 0) over 4 bytes: expected one whose every element has a place "
+            "of its own (nothing in it was used))")
     run_uuid = summary["run_uuid"]
-    assert _one_line_refusal(cli, _resume(cli, data_dir, run_uuid)) == f"error: {reason}"
+    resumed = _one_line_refusal(cli, _resume(cli, data_dir, run_uuid))
     evaluated = cli.run("experiments.evaluate", "--run", run_uuid[:8], "--data-dir", str(data_dir), "--games", "1")
-    assert _one_line_refusal(cli, evaluated) == (f"error: --run {run_uuid[:8]}: expected a readable checkpoint written by "
-                                                 f"python -m experiments.breakout ({reason})")
+    by_path = refused_in_process(capsys, ["--checkpoint", str(newest), "--games", "1"], evaluate_main)
+    assert resumed == _one_line_refusal(cli, evaluated) == by_path == line  # the same file, the same line

@@ -143,13 +143,15 @@ def _empty_run(run: dict[str, str], tmp_path: Path) -> str:
     return uuid
 
 
+WRITTEN_BY = "expected a checkpoint written by python -m experiments.breakout"
 BAD = {
     "unknown run": (lambda r, t: ["--run", "a" * 32], "--run", "a" * 32),
     "malformed run": (lambda r, t: ["--run", "nope"], "--run", "nope"),
     "run without checkpoint": (lambda r, t: ["--run", _empty_run(r, t)], "--run", "f" * 32),
     "missing checkpoint": (lambda r, t: ["--checkpoint", str(t / "none.pt")], "--checkpoint", "none.pt"),
-    "corrupt checkpoint": (lambda r, t: ["--checkpoint", _corrupt(t)], "--checkpoint", "corrupt.pt"),
-    "foreign checkpoint": (lambda r, t: ["--checkpoint", _foreign(t)], "--checkpoint", "foreign.pt"),
+    # A file that is no checkpoint: named as the field, in the line a resume of it prints (ppo/checkpoint.py).
+    "corrupt checkpoint": (lambda r, t: ["--checkpoint", _corrupt(t)], f"corrupt.pt: {WRITTEN_BY} (", "is not a checkpoint of this"),
+    "foreign checkpoint": (lambda r, t: ["--checkpoint", _foreign(t)], f"foreign.pt: {WRITTEN_BY} (", "is not a checkpoint of this"),
     "run and checkpoint disagree": (lambda r, t: ["--run", r["uuid"], "--checkpoint", _other_run_checkpoint(r, t)],
                                     "--checkpoint", "0" * 32),
     "neither run nor checkpoint": (lambda r, t: [], "--run", ""),

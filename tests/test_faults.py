@@ -133,7 +133,8 @@ def test_corrupt_checkpoint_is_a_clear_error_and_nothing_is_overwritten(cli, tmp
     checkpoint.write_bytes(data[: len(data) // 2])
     result = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
     assert result.returncode == 2
-    assert result.stderr.strip().startswith(f"error: checkpoint {checkpoint} is corrupt or truncated")
+    assert result.stderr.strip().startswith(f"error: {checkpoint}: expected a checkpoint written by python -m experiments.breakout "
+                                            f"(checkpoint {checkpoint} is corrupt or truncated")
     assert checkpoint.read_bytes() == data[: len(data) // 2]
     with pytest.raises(CheckpointError, match="not a checkpoint"):
         torch.save({"something": 1}, tmp_path / "other.pt")
@@ -260,7 +261,8 @@ def test_checkpoint_of_another_model_is_refused_before_anything_starts(cli, tmp_
     before = {p: p.stat().st_mtime_ns for p in path.parent.parent.rglob("*") if p.is_file()}
     result = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--data-dir", str(tmp_path))
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: the checkpoint's model has 6 actions; Breakout has 4"
+    assert result.stderr.strip() == (f"error: {path}: expected a checkpoint written by python -m experiments.breakout "
+                                     "(the checkpoint's model has 6 actions; Breakout has 4)")
     assert {p: p.stat().st_mtime_ns for p in path.parent.parent.rglob("*") if p.is_file()} == before
     assert cli.leftovers() == []
 

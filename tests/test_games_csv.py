@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.run.appended_csv import torn_last_line
-from experiments.run.games_csv import COLUMNS, GameRow, GamesCsv, read_games
+from experiments.run.folders import read_record
+from experiments.run.games_csv import CELLS, COLUMNS, ROW, GameRow, GamesCsv, read_games
 from experiments.run.updates_csv import read_updates
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import run_once
@@ -54,12 +54,12 @@ def test_a_last_line_cut_short_is_not_a_row(tmp_path: Path, tail: str) -> None:
     with path.open("a", newline="") as f:
         f.write(tail)
     assert read_games(path) == [GameRow(100, 1, 3.0, 50, False), GameRow(180, 2, 1.5, 70, True)]
-    assert torn_last_line(path.read_bytes()) == 4  # header, two rows, then the cut line
+    assert read_record(path, CELLS, ROW).torn_line == 4  # header, two rows, then the cut line
     with GamesCsv(path, keep=2) as games:  # a resume from the checkpoint after 2 games
         games.append([(250, 3, 7.0, 90, False)])
     assert path.read_bytes().endswith(b"250,3,7,90,0\r\n")
     assert read_games(path) == [GameRow(100, 1, 3.0, 50, False), GameRow(180, 2, 1.5, 70, True), GameRow(250, 3, 7.0, 90, False)]
-    assert torn_last_line(path.read_bytes()) is None
+    assert read_record(path, CELLS, ROW).torn_line is None
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from configs.fields import ConfigError
 from configs.launch import launch_config
 from configs.ppo import PPOConfig
 from experiments.run.plan import plan_launch
-from tests.conftest import Cli, run_once
+from tests.conftest import REPO, Cli, run_once
 from tests.test_experiment import SMOKE
 
 
@@ -106,3 +107,26 @@ def test_the_plan_is_immutable_all_the_way_down_and_the_trainer_copies_its_tenso
     assert not torch.equal(stepped, before["exp_avg"])  # so a step happened: the plan's copies must not have moved
     assert all(torch.equal(held.optimizer["state"][0][key], value) for key, value in before.items())
     assert all(torch.equal(held.model[key], value) for key, value in model_before.items())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the walk names a nested function's holder from Python 3.11")
+def test_both_start_up_paths_take_at_most_a_dozen_stops_in_eight_files_with_two_climbs(tmp_path: Path) -> None:
+    # docs/architecture.md "Start-up, call by call", counted by its tool (tools/ is no package) in
+    # this process: from `main` to the plan of a new run and of a resume of the smoke run.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("startup_walk", REPO / "tools" / "startup_walk.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    summary = run_once(Cli(), tmp_path, *SMOKE)
+    fresh = ["main", "parse_overrides", "plan_launch", "usable_cores", "game_check", "launch_config", "check_can_start",
+             "resolve_compute", "relaunch_refusal"]
+    resumed = ["main", "parse_overrides", "plan_launch", "RunFolder.named", "plan_resume", "RunFolder.check", "read_resume_point",
+               "launch_config", "read_record", "check_can_start", "regrouping_notes", "resolve_compute"]
+    for argv, expected in ((["--data-dir", str(tmp_path / "new")], fresh), (["--data-dir", str(tmp_path), "--resume", summary["run_uuid"]], resumed)):
+        stops, refused = tool.walk(argv)
+        assert refused is None and [stop.name for stop in stops] == expected, (argv, stops)
+        assert len({stop.file for stop in stops}) <= 8 and tool.climbs(stops) == 2, stops
+    assert not (tmp_path / "new").exists()  # planning wrote nothing

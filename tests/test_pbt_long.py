@@ -57,7 +57,7 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
         # Member 1 killed first, so that its new process starts while member 0 is tweaked (the two
         # members' stories are apart: one's tweak, the other's kill); once it has a checkpoint to go on from.
         wait_for(lambda: checkpoint_path(run_dirs[1]).exists(), process, "member 1's first checkpoint")
-        killed = RunFolder(run_dirs[1], run_dirs[1].name).owner()
+        killed = RunFolder(run_dirs[1], run_dirs[1].name).check()
         assert killed is not None
         last_before = int(rows_of(updates[1])[-1]["update"])
         os.kill(killed, signal.SIGKILL)
@@ -68,7 +68,7 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
         # In use: member 0's updates.csv shows the hand-set base, annealed over the run's updates.
         wait_for(lambda: any(float(r["learning_rate"]) == pytest.approx(HAND_LR * (1 - (int(r["update"]) - 1) / UPDATES))
                              for r in rows_of(updates[0])), process, "the hand-set learning rate in member 0's updates.csv")
-        wait_for(lambda: RunFolder(run_dirs[1], run_dirs[1].name).owner() not in (None, killed) and int(rows_of(updates[1])[-1]["update"]) > last_before,
+        wait_for(lambda: RunFolder(run_dirs[1], run_dirs[1].name).check() not in (None, killed) and int(rows_of(updates[1])[-1]["update"]) > last_before,
                  process, "member 1 training again after its kill")
         process.terminate()  # SIGTERM to the driver alone, as `kill PID` or a service manager sends
         out, err = process.communicate(timeout=600)

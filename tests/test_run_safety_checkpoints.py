@@ -137,7 +137,8 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before(cli, tmp_pat
     resumed = cli.run("experiments.breakout", "--resume", summary["run_uuid"], "--stop-after-env-steps", "none",
                       "--data-dir", str(tmp_path))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"warning: checkpoint {newest} is corrupt or truncated" in resumed.stderr
+    assert (f"warning: {newest}: expected a checkpoint written by python -m experiments.breakout (checkpoint {newest} is "
+            "corrupt or truncated") in resumed.stderr  # the line that would refuse it, were it the only one
     assert "resuming from the one before it, checkpoint.1.pt (update 1)" in resumed.stderr
     final = summary_of(resumed.stdout)
     assert final["updates"] == 3 and final["env_steps"] == 3 * PER_UPDATE
@@ -221,6 +222,6 @@ def test_a_checkpoint_whose_random_states_cannot_be_restored_is_refused_before_a
             save_checkpoint(path, {**load_checkpoint(path), field: value})
         refused = (refused_resume(cli, tmp_path, summary) if index == 0
                    else refused_resume_in_process(capsys, tmp_path, summary))
-        assert refused == [f"error: {why}"], field
+        assert refused == [f"error: {paths[0]}: expected a checkpoint written by python -m experiments.breakout ({why})"], field
         for path, data in good.items():
             path.write_bytes(data)

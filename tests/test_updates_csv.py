@@ -47,7 +47,7 @@ def test_a_resume_keeps_the_rows_up_to_its_checkpoints_update_and_appends(tmp_pa
 
 @pytest.mark.parametrize(("body", "message"), [
     ("1,256" + "," * len(METRICS) + "\n2,512" + ",x" * len(METRICS) + "\n", r"updates.csv:3: not a row of numbers \(its learning_rate is not a number\)$"),
-    ("1.5,256" + "," * len(METRICS) + "\n", r"updates.csv:2: its update is not a whole number$"),
+    ("1.5,256" + "," * len(METRICS) + "\n", r"updates.csv:2: not a row of numbers \(its update is not a whole number\)$"),
     ("1,256\n", r"updates.csv:2: 2 cells, expected 22 \(update,env_step,"),
 ])
 def test_a_malformed_updates_csv_names_the_file_and_line(tmp_path: Path, body: str, message: str) -> None:

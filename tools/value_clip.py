@@ -64,7 +64,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = parser.parse_args(argv)
     epsilons = [parse_epsilon(text) for text in args.epsilons]
     check_device_name(args.device)
-    path, option, value, run_uuid = locate_checkpoint(args.run, args.checkpoint, args.data_dir)
+    located = locate_checkpoint(args.run, args.checkpoint, args.data_dir)
+    path = located.path
     # The learner (torch) once the command line is accepted: --help and a refused option answer without it.
     from game.atari import is_known_game
     from game.vector import game_specs, make_pool
@@ -72,13 +73,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     from ppo.trainer import Trainer
 
     device = parse_device(args.device)
-    point = read_checked(path, option, value)  # checked whole, as a resume checks it
+    point = read_checked(path)  # checked whole, as a resume checks it
     learner = point.checkpoint
     try:
         # Its games on worker processes here, whatever transport trained it; no dashboard.
         config = validate(dataclasses.replace(point.config, backend="local", ray_address=None, dashboard=None), is_known_game)
     except ConfigError as e:
-        bad_value(option, value, f"a checkpoint written by python -m experiments.breakout ({e})")
+        bad_value(located.option, located.value, f"a checkpoint written by python -m experiments.breakout ({e})")
     live = learner.live_values
     for note in point.notes:
         say(note)
@@ -106,7 +107,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     print(f"{'value clip ε':<{width}}  value_clip_fraction  value_loss")
     for r in rows:
         print(f"{r['label']:<{width}}  {r['value_clip_fraction']:>19.1%}  {r['value_loss']:>10.4f}")
-    print(json.dumps({"checkpoint": str(path), "run_uuid": run_uuid, "update": at_update, "n_updates": config.n_updates,
+    print(json.dumps({"checkpoint": str(path), "run_uuid": located.run_uuid, "update": at_update, "n_updates": config.n_updates,
                       "env_steps": at_steps, "clip_range": settings.clip_range, "rows": rows}),
           flush=True)
     return 0

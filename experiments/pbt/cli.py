@@ -34,7 +34,7 @@ from experiments.pbt.legs import leg_changes, plan_resumed, this_leg
 from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
 from experiments.pbt.population import PrivateDashboard, run_segment
 from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
-from experiments.run.folder_checks import UnsafeRunFolder, check_folder
+from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import RunFolder
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
@@ -111,12 +111,13 @@ def plan_resume(args: argparse.Namespace, overrides: dict[str, Any], address: st
 def resumed(given: str) -> Population:
     """The population recorded in folder `given`, refused in one line before a byte is written
     (`PbtError`) where its folder or a member's run folder holds a symbolic link, a device, FIFO
-    or socket, or a file with a second hard link (experiments/run/folder_checks.py), or where a
+    or socket, or a file with a second hard link (experiments/run/folders.py), or where a
     field of its population.json is missing or wrong (experiments/pbt/state.py)."""
     folder = Path(given)
     try:
-        # Nothing in a population folder is ours to have two names: any hard link is someone else's.
-        check_folder(folder, lambda path: "a population folder's files have one name each")
+        # Walked as a run folder is, but nothing in a population folder is ours to have two names: any
+        # hard link is someone else's.
+        RunFolder(folder, folder.name).check(lambda path: "a population folder's files have one name each")
     except UnsafeRunFolder as e:
         raise PbtError(f"--resume {given}: expected a population folder of plain files and folders ({e}; "
                        "nothing was read or written)") from None

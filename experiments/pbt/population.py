@@ -10,6 +10,7 @@ or replaced whole by rename).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from typing import Any
 
 from configs.terminal import escaped
 from experiments.pbt.state import Population
-from experiments.run.folder_checks import open_own_file
+from experiments.run.folder_checks import UnsafeRunFolder, open_own_file
 from experiments.sweep import run_trial
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,8 +36,9 @@ def run_member(overrides: dict[str, Any], run_uuid: str, label: str) -> dict[str
 
     folder = RunFolder.named(Path(overrides["data_dir"]), run_uuid, "run_uuid")
     deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)
-    while folder is not None and folder.owner() not in (None, os.getpid()) and time.monotonic() < deadline:
-        time.sleep(0.05)  # the previous segment's process ends by itself
+    with contextlib.suppress(UnsafeRunFolder):  # an unsafe folder: refused below, in the plan's one line
+        while folder is not None and folder.check() not in (None, os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the previous segment's process ends by itself
     return run_trial(overrides, run_uuid, label)  # planned as every run is (experiments/run/plan.py)
 
 

@@ -1,8 +1,8 @@
 """A run folder on disk is input, not only output: whoever may write the data dir (a shared
 `--data-dir`, a copied run) may have put anything in it. Before a resume reads or writes a byte of
-one, `check_folder` (through `experiments.run.folders.RunFolder.check`) refuses a folder that holds
-a link where a file belongs, and `remove_dead_writers_files` removes the temp files a killed writer
-left. A population's folder (experiments/pbt) gets the same check, with every hard link refused.
+one, `experiments.run.folders.RunFolder.check` refuses a folder that holds a link where a file
+belongs, and `remove_dead_writers_files` removes the temp files a killed writer left. A
+population's folder (experiments/pbt) gets the same check, with every hard link refused.
 
 labml opens `configs.yaml`, `run.yaml`, `indicators.yaml`, `source.diff`, `run_log.jsonl` and
 `run.pid` with a plain `open(path, "w"/"a")`, which follows a symbolic link and writes into a hard
@@ -19,7 +19,6 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 # What a writer of this project leaves when it is killed mid-write, and nothing else: the temp
@@ -27,41 +26,8 @@ from pathlib import Path
 # checkpoint and the hard link of a rotation (`experiments.run.folders.rotate_in`).
 DEAD_WRITERS_FILES = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp|\.checkpoint\.pt\.next|\.checkpoint\.\d+\.pt\.link")
 
-MAX_ENTRIES = 100_000  # a run folder holds tens of files (a filmed run: one video per filmed update)
-
-
 class UnsafeRunFolder(ValueError):
     """A run folder that must not be read or written: the message names the path and what is wrong."""
-
-
-def check_folder(root: Path, written_in_place: Callable[[Path], str | None]) -> None:
-    """Refuse (`UnsafeRunFolder`) a folder of ours that is input (a run's, a population's) when it is
-    itself a link, or holds a symbolic link, a device, a FIFO or a socket anywhere:
-    `written_in_place(path)` says why a second hard link of the regular file `path` is refused
-    (who writes it in place), or None where one is harmless."""
-    for folder in (root.parent, root):
-        if not stat.S_ISDIR(os.lstat(folder).st_mode):
-            raise UnsafeRunFolder(f"{folder} is a symbolic link, not a folder")
-    seen = 0
-    pending = [root]
-    while pending:
-        folder = pending.pop()
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                seen += 1
-                if seen > MAX_ENTRIES:
-                    raise UnsafeRunFolder(f"{root} holds over {MAX_ENTRIES:,} files and folders")
-                info = entry.stat(follow_symlinks=False)
-                path = Path(entry.path)
-                if stat.S_ISLNK(info.st_mode):
-                    raise UnsafeRunFolder(f"{path} is a symbolic link, which would be read or written through")
-                if stat.S_ISDIR(info.st_mode):
-                    pending.append(path)
-                elif not stat.S_ISREG(info.st_mode):
-                    raise UnsafeRunFolder(f"{path} is not a regular file (a device, FIFO or socket)")
-                elif info.st_nlink > 1 and (writer := written_in_place(path)) is not None:
-                    raise UnsafeRunFolder(f"{path} has {info.st_nlink} hard links, and {writer} "
-                                          "(the file of its other names would change too)")
 
 
 def open_own_file(path: Path, flags: int) -> int:

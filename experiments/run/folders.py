@@ -7,46 +7,43 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import dataclasses
+import io
 import itertools
 import os
 import re
 import shutil
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, NamedTuple
 
 from configs.fields import ConfigError
 from configs.files import fsync_folder
-from experiments.run.appended_csv import torn_last_line
-from experiments.run.folder_checks import UnsafeRunFolder, check_folder, remove_dead_writers_files
-from experiments.run.games_csv import read_games
-from experiments.run.updates_csv import read_update_numbers
+from experiments.run.folder_checks import UnsafeRunFolder, remove_dead_writers_files
 
-if TYPE_CHECKING:
-    from ppo.checkpoint import ResumePoint
-
-CHECKPOINT_NAME = "checkpoint.pt"
 RUN_UUID = re.compile(r"[0-9a-f]{32}")  # labml's, and a sweep's trials'
 RUN_ID = re.compile(r"[0-9a-f]{8,32}")  # a uuid, or the first 8 or more of its digits (the dashboard shows 8)
 # labml's own files, each opened in place (labml/internal/experiment/experiment_run.py `save_info`,
 # labml/internal/experiment/__init__.py: configs, indicators, run_log): a second hard link to one of
 # them is another file's content that labml would overwrite (experiments/run/folder_checks.py).
 WRITTEN_IN_PLACE = ("configs.yaml", "run.yaml", "indicators.yaml", "source.diff", "run_log.jsonl", "run.pid")
-KEEP_CHECKPOINTS = 3  # checkpoint.pt, checkpoint.1.pt, checkpoint.2.pt: one bad state never loses the run
+# Every checkpoint a run keeps, newest first: one bad state never loses the run.
+CHECKPOINTS = ("checkpoints/checkpoint.pt", "checkpoints/checkpoint.1.pt", "checkpoints/checkpoint.2.pt")
+MAX_ENTRIES = 100_000  # a run folder holds tens of files (a filmed run: one video per filmed update)
+# What the cells of a record may hold (`read_record`), and how a refusal says it.
+CELL_KINDS = {"int": "an integer", "float": "a number", "float?": "a number", "whole": "a whole number", "bool": "0 or 1"}
 
 
 def checkpoint_path(run_dir: Path) -> Path:
     """The newest checkpoint: what --resume, evaluation and every summary use."""
-    return run_dir / "checkpoints" / CHECKPOINT_NAME
+    return run_dir / CHECKPOINTS[0]
 
 
 def checkpoint_paths(run_dir: Path) -> list[Path]:
     """Every checkpoint a run keeps, newest first (`checkpoint.pt`, `checkpoint.1.pt`, …)."""
-    folder = run_dir / "checkpoints"
-    return [folder / CHECKPOINT_NAME] + [folder / f"checkpoint.{i}.pt" for i in range(1, KEEP_CHECKPOINTS)]
+    return [run_dir / name for name in CHECKPOINTS]
 
 
 @cache
@@ -76,7 +73,7 @@ def publish(path: Path) -> None:
 
 
 def rotate_in(run_dir: Path, write: Callable[[Path], None]) -> Path:
-    """Write a new newest checkpoint with `write(path)` and keep the KEEP_CHECKPOINTS − 1 before it.
+    """Write a new newest checkpoint with `write(path)` and keep the ones before it (CHECKPOINTS).
 
     The new file is written whole (and fsynced) under a staging name first; only then do renames
     shift the older ones (checkpoint.1.pt → checkpoint.2.pt, a hard link of checkpoint.pt →
@@ -111,8 +108,8 @@ def rotate_in(run_dir: Path, write: Callable[[Path], None]) -> Path:
 @dataclass(frozen=True)
 class RunFolder:
     """Run `uuid`'s folder `path`: found by the run's uuid or its first digits (`named`), checked
-    before a byte of it is read (`check`), owned by at most one live process (`owner`), its records
-    checked against a checkpoint, released by a resume and cleared after a lost start."""
+    before a byte of it is read and its owner told (`check`), its records read (`read_record`),
+    released by a resume and cleared after a lost start."""
 
     path: Path
     uuid: str
@@ -140,17 +137,38 @@ class RunFolder:
             return "it holds no run"
         return f"none there has that uuid; it holds {len(runs)} run{'s' if len(runs) > 1 else ''}, such as {', '.join(runs[:3])}"
 
-    def check(self) -> None:
+    def check(self, written_in_place: Callable[[Path], str | None] | None = None) -> int | None:
         """Refuse (`UnsafeRunFolder`) a folder that is itself a link, or holds a symbolic link, a
-        device, a FIFO or a socket anywhere, or a second hard link of a file labml writes in place.
-        Only `lstat` is used: nothing is opened, so nothing is read through a link."""
-        check_folder(self.path, lambda path: "labml rewrites it in place"
-                     if path.parent == self.path and path.name in WRITTEN_IN_PLACE else None)
+        device, a FIFO or a socket anywhere, or a second hard link of a file that is written in place
+        (`written_in_place(path)` says by whom, None where a second name is harmless; by default
+        labml's own files). Only `lstat` is used: nothing is opened, so nothing is read through a link.
 
-    def owner(self) -> int | None:
-        """The pid of a live process that owns this run (labml's `run.pid`), or None. labml writes
-        `run.pid` at start and never removes it, and refuses to start a run whose file exists; a
-        resume removes a stale one (`release`), never one whose process is still alive."""
+        Then, the folder known to be plain, who owns it: the pid of a live process that runs it
+        (labml's `run.pid`), or None. labml writes `run.pid` at start and never removes it, and
+        refuses to start a run whose file exists; a resume removes a stale one (`release`), never one
+        whose process is still alive. A population's folder is checked the same way (experiments/pbt)."""
+        in_place = written_in_place or (lambda path: "labml rewrites it in place"
+                                        if path.parent == self.path and path.name in WRITTEN_IN_PLACE else None)
+        for folder in (self.path.parent, self.path):
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                raise UnsafeRunFolder(f"{folder} is a symbolic link, not a folder")
+        seen, pending = 0, [self.path]
+        while pending:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > MAX_ENTRIES:
+                        raise UnsafeRunFolder(f"{self.path} holds over {MAX_ENTRIES:,} files and folders")
+                    info, path = entry.stat(follow_symlinks=False), Path(entry.path)
+                    if stat.S_ISLNK(info.st_mode):
+                        raise UnsafeRunFolder(f"{path} is a symbolic link, which would be read or written through")
+                    if stat.S_ISDIR(info.st_mode):
+                        pending.append(path)
+                    elif not stat.S_ISREG(info.st_mode):
+                        raise UnsafeRunFolder(f"{path} is not a regular file (a device, FIFO or socket)")
+                    elif info.st_nlink > 1 and (writer := in_place(path)) is not None:
+                        raise UnsafeRunFolder(f"{path} has {info.st_nlink} hard links, and {writer} "
+                                              "(the file of its other names would change too)")
         try:
             pid = int((self.path / "run.pid").read_text().strip())
             os.kill(pid, 0)
@@ -159,49 +177,6 @@ class RunFolder:
         except PermissionError:
             pass
         return pid
-
-    def resume_point(self) -> ResumePoint:
-        """What a resume goes on from, each part of the folder read once, in the order that keeps
-        reading safe: the folder itself (`check`: before a byte of it is read), its owner, its
-        records, then its last good checkpoint, checked whole (`ppo.checkpoint.read_resume_point`);
-        `ConfigError` or `CheckpointError` in one line otherwise.
-
-        The resume keeps the records' rows up to the checkpoint, so a games.csv or updates.csv that
-        cannot be read is refused here. A last line without its line end is an append the run's end
-        cut short (experiments/run/appended_csv.py): the resume drops it, as it drops every row after
-        the checkpoint, when the whole rows before it reach the checkpoint (then the cut row came
-        after it); when they do not, rows the checkpoint counts are missing, and it refuses rather
-        than leave a gap."""
-        from ppo.checkpoint import read_resume_point
-
-        try:
-            self.check()
-        except UnsafeRunFolder as e:
-            raise ConfigError("resume", self.uuid, f"a run folder of plain files and folders ({e}; nothing was read or written)") from None
-        if (pid := self.owner()) is not None and pid != os.getpid():
-            raise ConfigError("resume", self.uuid, f"a run that is not running (process {pid} is still running it)")
-        games_path, updates_path = self.path / "games.csv", self.path / "updates.csv"
-        try:
-            games = len(read_games(games_path)) if games_path.exists() else 0
-            updates = read_update_numbers(updates_path) if updates_path.exists() else []
-            torn = {path: line for path in (games_path, updates_path)
-                    if path.exists() and (line := torn_last_line(path.read_bytes())) is not None}
-        except (ValueError, OSError, csv.Error) as e:
-            raise ConfigError("resume", self.uuid, f"a run whose records can be read ({e})") from None
-        point = read_resume_point(checkpoint_paths(self.path))
-        counted_games, counted_update = point.checkpoint.games, point.checkpoint.update
-        reach = {games_path: (games >= counted_games, games, f"the {counted_games!r} games its checkpoint counts"),
-                 updates_path: (bool(updates) and updates[-1] >= counted_update, len(updates), f"update {counted_update!r}, its checkpoint's")}
-        notes = []
-        for path, line in torn.items():
-            reached, whole_rows, what = reach[path]
-            if not reached:
-                raise ConfigError("resume", self.uuid, f"a run whose records reach its checkpoint ({path}:{line} was cut "
-                                                       f"short in the middle of an append, and the {whole_rows} whole rows "
-                                                       f"before it do not reach {what})")
-            notes.append(f"note: {path}:{line} was cut short in the middle of an append when the run ended; "
-                         "it comes after the checkpoint, and the resume drops it")
-        return dataclasses.replace(point, notes=point.notes + tuple(notes))
 
     def release(self) -> None:
         """Remove what the run's dead process left: a stale `run.pid` (so labml can record the resumed
@@ -216,7 +191,58 @@ class RunFolder:
         and nothing there can be resumed (its records are of updates no checkpoint kept; the new start
         makes them again). Refused (`UnsafeRunFolder`, one line) while a process still runs it, or
         when the folder is not a plain one of ours (a link, a FIFO...): nothing is removed then."""
-        self.check()  # first: nothing is read through a link
-        if (pid := self.owner()) is not None:
+        if (pid := self.check()) is not None:  # first: nothing is read through a link
             raise UnsafeRunFolder(f"run folder {self.path}: process {pid} still runs it, so the trial cannot start again there")
         shutil.rmtree(self.path)
+
+
+class Record(NamedTuple):
+    rows: list[tuple[int, list[str], tuple[Any, ...]]]  # (line number, cells, values) of each whole row
+    torn_line: int | None  # the number of a last line without its line end: an append cut short
+
+
+def read_record(path: Path, cells: Mapping[str, str], what: str) -> Record:
+    """The one reader of the records a run appends to (games.csv, updates.csv), each read once: a
+    CSV that must start with the header `cells` (column → the kind of value it holds, CELL_KINDS;
+    `float?` may be empty, as None). Every row is written whole with its line end (csv's `\r\n`), so a
+    last line without one is an append the run's end cut short, not a row (experiments/run/appended_csv.py).
+    `ValueError` naming the file, and the line and the cell where one is not `what` ("a row of
+    numbers"). A message never quotes the file: a run folder may hold a file put there by someone
+    else, or a link to one."""
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would be waited on forever, a device read without end
+        raise ValueError(f"{path}: not a regular file (a folder, device, FIFO or socket)")
+    data = path.read_bytes()  # once: a run may be appending to it while it is read
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start:,} cannot be decoded)") from None
+    torn = data.count(b"\n") + 1 if data and not data.endswith(b"\n") else None
+    if torn is not None:
+        text = text[:text.rindex("\n") + 1] if "\n" in text else ""
+    columns, reader = tuple(cells), csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        if header is None or tuple(header) != columns:
+            found = "it holds something else" if header is not None else "it holds no whole line" if data else "the file is empty"
+            raise ValueError(f"{path}: expected the header {','.join(columns)} on its first line ({found})")
+        rows = list(enumerate(reader, start=2))
+    except csv.Error as e:  # csv's own messages name what is wrong, not the text
+        raise ValueError(f"{path}:{reader.line_num}: not a CSV row ({e})") from None
+    def whole(cell: str) -> float:
+        if not (number := float(cell)).is_integer():
+            raise ValueError("not a whole number")
+        return number
+    parse: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "float?": lambda cell: float(cell) if cell else None,
+                                              "whole": whole, "bool": {"0": False, "1": True}.__getitem__}
+    record = Record([], torn)
+    for line, row in rows:
+        if len(row) != len(columns):
+            raise ValueError(f"{path}:{line}: {len(row)} cells, expected {len(columns)} ({','.join(columns)})")
+        values = []
+        for name, cell in zip(columns, row, strict=True):
+            try:
+                values.append(parse[cells[name]](cell))
+            except (ValueError, KeyError):  # named, never quoted
+                raise ValueError(f"{path}:{line}: not {what} (its {name} is not {CELL_KINDS[cells[name]]})") from None
+        record.rows.append((line, row, tuple(values)))
+    return record

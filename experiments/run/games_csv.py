@@ -8,13 +8,16 @@ games again (resumes are exact) and writes them anew. No duplicates, no gaps.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from experiments.run.appended_csv import AppendedCsv, read_rows
+from experiments.run.appended_csv import AppendedCsv
+from experiments.run.folders import read_record
 
-COLUMNS = ("env_step", "update", "score", "length", "truncated")
+CELLS = {"env_step": "int", "update": "int", "score": "float", "length": "int", "truncated": "bool"}
+COLUMNS = tuple(CELLS)
+ROW = f"a row of {','.join(COLUMNS)}"  # what a refusal says each row must be
 
 
 class GameRow(NamedTuple):
@@ -26,36 +29,9 @@ class GameRow(NamedTuple):
 
 
 def read_games(path: Path) -> list[GameRow]:
-    """The rows of a games.csv; `ValueError` naming the file, the line and the cell when one is
-    malformed (never the cell's text: see `read_rows`)."""
-    games = []
-    for line, row in read_rows(path, COLUMNS):
-        cells = dict(zip(COLUMNS, row, strict=True))
-        try:
-            games.append(GameRow(*(_PARSE[name](cells[name]) for name in COLUMNS)))
-        except ValueError as e:
-            raise ValueError(f"{path}:{line}: not a row of {','.join(COLUMNS)} ({e})") from None
-    return games
-
-
-def _number(name: str, kind: type) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            return kind(text)
-        except ValueError:
-            raise ValueError(f"its {name} is not {'an integer' if kind is int else 'a number'}") from None
-    return parse
-
-
-def _boolean(text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError("its truncated is not 0 or 1")
-    return text == "1"
-
-
-_PARSE: dict[str, Callable[[str], Any]] = {"env_step": _number("env_step", int), "update": _number("update", int),
-                                           "score": _number("score", float), "length": _number("length", int),
-                                           "truncated": _boolean}
+    """The rows of a games.csv (`read_record`); `ValueError` naming the file, the line and the cell
+    when one is malformed (never the cell's text)."""
+    return [GameRow(*values) for _, _, values in read_record(path, CELLS, ROW).rows]
 
 
 def _cells(game: tuple[int, int, float, int, bool]) -> tuple[int, int, str, int, int]:

@@ -5,18 +5,21 @@ resume point whose tensors the trainer copies in); `TrainingRun` then acts on it
 the one way a run is planned: a training run, a resume, a sweep's trial and a population's member.
 
 The layers, in order: the defaults (or, on a resume, the run's own config and checkpoint, read once
-and checked whole by `ppo.checkpoint.read_resume_point`, its folder and records by `RunFolder`),
-then the command line, then this machine's grouping of the games, merged and validated once
-(configs/launch.py); last, what the config cannot say about this machine (`check_can_start`). A
-new run's plan, and a resume of a run without a checkpoint, need nothing of the learner: a refusal
-answers before torch loads."""
+and checked whole by `ppo.checkpoint.read_resume_point`), then the command line, then this
+machine's grouping of the games, merged and validated once (configs/launch.py); last, what the
+config cannot say about this machine (`check_can_start`). A resume reads each part of its folder
+once, in the order that keeps reading safe: the folder itself (`RunFolder.check`, before a byte of
+it is read) and its owner, its last good checkpoint, then its records. A new run's plan, and a
+resume of a run without a checkpoint, need nothing of the learner: a refusal answers before torch
+loads."""
 
 from __future__ import annotations
 
+import csv
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -27,8 +30,9 @@ from configs.launch import launch_config
 from configs.machine import usable_cores
 from configs.ppo import PPOConfig
 from configs.urls import strip_userinfo
+from experiments.run import games_csv, updates_csv
 from experiments.run.folder_checks import UnsafeRunFolder
-from experiments.run.folders import RunFolder, checkpoint_paths
+from experiments.run.folders import CHECKPOINTS, RunFolder, read_record
 from game.atari import canonical_game, is_known_game, relaunch_refusal
 from game.vector.private_ray import ray_version_problem
 
@@ -63,16 +67,16 @@ def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uui
     which `label` names on the dashboard), resumed when its folder holds a checkpoint and started
     afresh otherwise; `ConfigError` or `LaunchRefused` in one line otherwise."""
     data_dir = Path(overrides.get("data_dir", PPOConfig().data_dir))
-    if resume is not None:  # answered before the learner loads
-        if (folder := RunFolder.named(data_dir, resume, "resume")) is None:
-            raise ConfigError("resume", resume, f"the uuid of a run under {data_dir}/ ({RunFolder.none_named(data_dir)})")
-        if not any(path.exists() for path in checkpoint_paths(folder.path)):
-            raise ConfigError("resume", resume, f"a run with a checkpoint to resume from ({folder.path} has none: it "
-                                                "stopped before its first checkpoint, so there is nothing to go on from)")
-        return plan_resume(folder, overrides)
-    folder = RunFolder.named(data_dir, run_uuid, "run_uuid") if run_uuid is not None else None
-    if folder is not None and any(path.exists() for path in checkpoint_paths(folder.path)):
-        return replace(plan_resume(folder, overrides), label=label)
+    option, name = ("resume", resume) if resume is not None else ("run_uuid", run_uuid)
+    folder = RunFolder.named(data_dir, name, option) if name is not None else None
+    if resume is not None and folder is None:
+        raise ConfigError("resume", resume, f"the uuid of a run under {data_dir}/ ({RunFolder.none_named(data_dir)})")
+    checkpoints = [folder.path / checkpoint for checkpoint in CHECKPOINTS] if folder is not None else []
+    if folder is not None and any(path.exists() for path in checkpoints):
+        return plan_resume(folder, overrides, checkpoints, label)
+    if folder is not None and resume is not None:  # answered before the learner loads
+        raise ConfigError("resume", resume, f"a run with a checkpoint to resume from ({folder.path} has none: it "
+                                            "stopped before its first checkpoint, so there is nothing to go on from)")
     cores = usable_cores() if run_uuid is None else None  # a trial's games are grouped by its sweep or population
     config, choices = launch_config(overrides, cores, game_exists=game_check(canonical_game))
     if folder is not None:
@@ -85,17 +89,25 @@ def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uui
                       machine_choices=MappingProxyType(choices), label=label)
 
 
-def plan_resume(folder: RunFolder, overrides: Mapping[str, Any]) -> LaunchPlan:
-    """The plan that goes on with the run in `folder`: its own config and last good checkpoint,
-    read once with its records (`RunFolder.resume_point`), with the changes its command line may
-    make (configs/launch.py); `ConfigError` or `LaunchRefused` in one line otherwise."""
-    from ppo.checkpoint import CheckpointError
+def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: list[Path], label: str | None) -> LaunchPlan:
+    """The plan that goes on with the run in `folder` from the last good of its `checkpoints`, each
+    part of the folder read once, in the order that keeps reading safe: the folder itself (`check`:
+    before a byte of it is read) and its owner, its checkpoint, checked whole with the run's own
+    config (ppo.checkpoint.read_resume_point), the changes its command line may make to that config
+    (configs/launch.py), then its records (`read_record`); `ConfigError` or `LaunchRefused` in one line otherwise."""
+    try:
+        owner = folder.check()
+    except UnsafeRunFolder as e:
+        raise ConfigError("resume", folder.uuid, f"a run folder of plain files and folders ({e}; nothing was read or written)") from None
+    if owner is not None and owner != os.getpid():
+        raise ConfigError("resume", folder.uuid, f"a run that is not running (process {owner} is still running it)")
+    from ppo.checkpoint import CheckpointError, read_resume_point
 
     try:
-        point = folder.resume_point()
+        point = read_resume_point(checkpoints)
     except CheckpointError as e:
         raise LaunchRefused(str(e)) from None
-    checkpoint, saved, notes = point.checkpoint, point.config, list(point.notes)
+    checkpoint, saved = point.checkpoint, point.config
     config, _ = launch_config(overrides, None, saved=saved, game_exists=is_known_game)
     # A stop below the steps already taken cannot be kept (the run would claim to have ended before
     # where it is); one at them ends the resume at once, as a member of a population reaching its target.
@@ -103,6 +115,25 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any]) -> LaunchPlan:
         raise ConfigError("stop_after_env_steps", config.stop_after_env_steps,
                           f"at least the run's own {checkpoint.env_steps} agent steps (update {checkpoint.update} of "
                           f"{config.n_updates}), or none, to resume it")
+    notes = list(point.notes)
+    # The run keeps the records' rows up to the checkpoint, so one that cannot be read is refused
+    # here. A last line without its line end is an append the run's end cut short: dropped, as every
+    # row after the checkpoint is, when the whole rows before it reach the checkpoint (the cut row
+    # came after it); refused when they do not, rather than leave a gap of rows the checkpoint counts.
+    games, update = checkpoint.games, checkpoint.update
+    for path, record, reached, what in (
+            (folder.path / "games.csv", games_csv, lambda rows: len(rows) >= games, f"the {games!r} games its checkpoint counts"),
+            (folder.path / "updates.csv", updates_csv, lambda rows: bool(rows) and rows[-1][2][0] >= update, f"update {update!r}, its checkpoint's")):
+        try:
+            rows, torn = read_record(path, record.CELLS, record.ROW) if path.exists() else ([], None)
+        except (ValueError, OSError, csv.Error) as e:
+            raise ConfigError("resume", folder.uuid, f"a run whose records can be read ({e})") from None
+        if torn is not None and not reached(rows):
+            raise ConfigError("resume", folder.uuid, f"a run whose records reach its checkpoint ({path}:{torn} was cut short in the "
+                                                     f"middle of an append, and the {len(rows)} whole rows before it do not reach {what})")
+        if torn is not None:
+            notes.append(f"note: {path}:{torn} was cut short in the middle of an append when the run ended; "
+                         "it comes after the checkpoint, and the resume drops it")
     # What the first leg's machine chose stays its choice while the resume keeps the grouping (the
     # dashboard's card says so, also to one that first hears of the run now); a regrouping is the user's.
     kept = (config.n_workers, config.envs_per_worker) == (saved.n_workers, saved.envs_per_worker)
@@ -111,7 +142,7 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any]) -> LaunchPlan:
         notes.append(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
                      "add --dashboard URL to send the resumed run to one")
     return LaunchPlan(config, point, folder.uuid, folder, machine_choices=MappingProxyType(checkpoint.machine_choices if kept else {}),
-                      notes=tuple(notes))
+                      notes=tuple(notes), label=label)
 
 
 def check_can_start(config: PPOConfig, run_dir: Path | None = None, saved: PPOConfig | None = None) -> list[str]:
@@ -119,16 +150,18 @@ def check_can_start(config: PPOConfig, run_dir: Path | None = None, saved: PPOCo
     file is written: the device exists and has the precision asked for, a Ray backend's Ray is
     recent enough, and the run's folder can be created and written. `ConfigError` (one line naming
     the option) otherwise. For a resume of a run whose config was `saved`, what this machine says
-    of its grouping (`ppo.rollout.regrouping_notes`), as notes."""
-    from ppo.devices import resolve_device, resolve_precision  # torch, once the options are accepted
-    from ppo.rollout import regrouping_notes
+    of its grouping (`ppo.checkpoint.regrouping_notes`), as notes."""
+    from ppo.checkpoint import regrouping_notes  # torch, once the options are accepted
+    from ppo.devices import resolve_compute
 
     notes = regrouping_notes(saved, config) if saved is not None else []
-    resolve_precision(config.precision, resolve_device(config.device))  # a missing GPU; bf16 where the hardware has none
+    resolve_compute(config.device, config.precision)  # a missing GPU; bf16 where the hardware has none
     if config.backend == "ray" and (problem := ray_version_problem()) is not None:
         raise ConfigError("backend", config.backend, problem)  # one that cannot keep a private Ray private
-    if config.fire_on_reset and (refusal := relaunch_refusal(config.game, config.relaunch)):
-        raise ConfigError("relaunch", config.relaunch, refusal)  # a game without RIGHT, refused here rather than in every worker
+    # A game without RIGHT, refused here rather than in every worker; a resume's game and relaunch are
+    # its run's own, checked with its checkpoint (ppo.checkpoint.read_resume_point).
+    if saved is None and config.fire_on_reset and (refusal := relaunch_refusal(config.game, config.relaunch)):
+        raise ConfigError("relaunch", config.relaunch, refusal)
     data_dir = config.data_dir
     targets = [Path(data_dir) / config.name] + ([run_dir, run_dir / "checkpoints"] if run_dir is not None else [])
     for target in targets:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from experiments.run.appended_csv import AppendedCsv, read_rows
+from experiments.run.appended_csv import AppendedCsv
+from experiments.run.folders import read_record
 
 # Every metric `Trainer.iteration` returns, in a fixed order; a metric an update did not report
 # (`value_clip_range` without a value clip, the score before any game ended, `eval_*` without
@@ -21,35 +22,15 @@ METRICS = ("learning_rate", "clip_range", "value_clip_range",
            "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "value_clip_fraction",
            "explained_variance", "epochs_done", "score_mean_100", "game_length_mean_100",
            "sps", "sample_sps", "update_sps", "worker_restarts", "nonfinite_skipped", "eval_score", "eval_length")
-COLUMNS = ("update", "env_step", *METRICS)
+CELLS = {"update": "whole", "env_step": "float?", **dict.fromkeys(METRICS, "float?")}
+COLUMNS = tuple(CELLS)
+ROW = "a row of numbers"  # what a refusal says each row must be
 
 
 def read_updates(path: Path) -> list[dict[str, float | None]]:
-    """Each row of an updates.csv as {column: number, None where empty}; `ValueError` naming the
-    file and line when a cell is not a number, or the file's header is not `COLUMNS`."""
-    return [values for _, _, values in _parsed(path)]
-
-
-def read_update_numbers(path: Path) -> list[int]:
-    """The `update` of each row of an updates.csv, checked as `read_updates` checks every cell."""
-    return [update for _, update, _ in _parsed(path)]
-
-
-def _parsed(path: Path) -> list[tuple[list[str], int, dict[str, float | None]]]:
-    """(cells, update, values) of each row."""
-    parsed = []
-    for line, row in read_rows(path, COLUMNS):
-        values: dict[str, float | None] = {}
-        for name, cell in zip(COLUMNS, row, strict=True):
-            try:
-                values[name] = float(cell) if cell else None
-            except ValueError:  # named, never quoted: see appended_csv.read_rows
-                raise ValueError(f"{path}:{line}: not a row of numbers (its {name} is not a number)") from None
-        update = values["update"]
-        if update is None or not update.is_integer():
-            raise ValueError(f"{path}:{line}: its update is not a whole number")
-        parsed.append((row, int(update), values))
-    return parsed
+    """Each row of an updates.csv as {column: number, None where empty} (`read_record`); `ValueError`
+    naming the file and line when a cell is not a number, or the file's header is not `COLUMNS`."""
+    return [dict(zip(COLUMNS, values, strict=True)) for _, _, values in read_record(path, CELLS, ROW).rows]
 
 
 def _cell(value: float | int | None) -> str:
@@ -68,7 +49,7 @@ class UpdatesCsv(AppendedCsv):
     (0 for a new run): rows of later updates are removed, since the run does them again."""
 
     def __init__(self, path: Path, keep: int) -> None:
-        kept = [row for row, update, _ in _parsed(path) if update <= keep] if path.exists() else []
+        kept = [cells for _, cells, values in read_record(path, CELLS, ROW).rows if values[0] <= keep] if path.exists() else []
         super().__init__(path, COLUMNS, kept)
 
     def append(self, update: int, env_step: int, metrics: Mapping[str, float | int]) -> None:
