@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from configs.fields import ConfigValue, Within
-from configs.launch import config_from_overrides, launch_config
+from configs.launch import launch_config
 from configs.ppo import SECTIONS, ConfigError, PPOConfig, check_field, config_fields, section_of
-from configs.refusals import ARGPARSE_MESSAGES, USAGE_ERROR, bad_value, error_line, fail, shown
+from configs.refusals import ARGPARSE_MESSAGES, fail, shown
 from configs.version import NAME, VERSION
 
 # What other PPO code (SB3, CleanRL, baselines) calls some options: difflib's nearest spelling
@@ -300,22 +300,3 @@ def _plain(markdown: str) -> str:
     text = "\n".join(lines)
     return re.sub(r"\*\*(.+?)\*\*|\*(\S[^*]*?)\*|`([^`]*)`", lambda m: next(g for g in m.groups() if g is not None), text)
 
-
-__all__ = [
-    "USAGE_ERROR",
-    "OneLineParser",
-    "bad_value",
-    "build_parser",
-    "config_from_overrides",
-    "docstring_help",
-    "error_line",
-    "fail",
-    "float_in",
-    "game_check",
-    "int_in",
-    "overrides_from_args",
-    "parse_config",
-    "parse_overrides",
-    "spell_game",
-    "value_converter",
-]

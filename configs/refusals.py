@@ -64,5 +64,3 @@ ARGPARSE_MESSAGES: tuple[tuple[str, str | typing.Callable[[re.Match[str]], str]]
     (r"^argument ([^:\s/]+)(?:/\S+)?: ", r"\1: "),
 )
 
-
-__all__ = ["ARGPARSE_MESSAGES", "USAGE_ERROR", "bad_value", "error_line", "fail", "shown"]

@@ -16,7 +16,7 @@ from types import FrameType
 
 import uvicorn
 
-from configs.cli import error_line
+from configs.refusals import error_line
 from dashboard.assets import ensure_assets
 from dashboard.connections import OncePerFilter, guarded_protocol, quiet_loop_errors
 from dashboard.store import DataFolderLock

@@ -46,10 +46,11 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
-from configs.cli import OneLineParser, fail, float_in, int_in, parse_config
+from configs.cli import OneLineParser, float_in, int_in, parse_config
 from configs.fields import ConfigError
 from configs.machine import usable_cores
 from configs.ppo import PPOConfig
+from configs.refusals import fail
 from game.atari import canonical_game
 
 # The measures (torch, the pool, the trainer) are imported by the functions that run them, once

@@ -11,8 +11,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from configs.cli import OneLineParser, fail, parse_overrides
+from configs.cli import OneLineParser, parse_overrides
 from configs.fields import ConfigError
+from configs.refusals import fail
 from experiments.run.console import say, shown
 from experiments.run.plan import LaunchRefused, plan_launch
 from game.atari import canonical_game

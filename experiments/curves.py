@@ -37,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from configs.cli import OneLineParser, docstring_help, fail, int_in
+from configs.cli import OneLineParser, docstring_help, int_in
 from configs.fields import MAX_ENV_STEPS, MAX_SEED
 from configs.machine import usable_cores
+from configs.refusals import fail
 from configs.terminal import escaped
 from experiments.run.games_csv import GameRow, read_games
 from experiments.seed_runs import print_comparison, seed_run, train_seeds

@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from configs.cli import OneLineParser, bad_value, fail
+from configs.cli import OneLineParser
 from configs.fields import DEFAULT_GREEDY_EPSILON, MAX_SEED, MAX_UPDATES, device_name
 from configs.ppo import ConfigError
+from configs.refusals import bad_value, fail
 from experiments.run.console import say, shown
 
 if TYPE_CHECKING:

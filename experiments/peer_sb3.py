@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from configs.cli import OneLineParser, docstring_help, fail, int_in
+from configs.cli import OneLineParser, docstring_help, int_in
 from configs.fields import MAX_ENV_STEPS
+from configs.refusals import fail
 from experiments.run.games_csv import GamesCsv
 from experiments.run.stopping import GracefulStop
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from configs.cli import fail
 from configs.machine import shared_cores_environment, usable_cores
+from configs.refusals import fail
 
 
 @dataclass(frozen=True)

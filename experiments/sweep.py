@@ -33,10 +33,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from configs.cli import OneLineParser, build_parser, config_from_overrides, error_line, fail, float_in, int_in, overrides_from_args, spell_game
+from configs.cli import OneLineParser, build_parser, float_in, int_in, overrides_from_args, spell_game
 from configs.fields import MAX_SEED, MAX_WORKERS
+from configs.launch import config_from_overrides
 from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
+from configs.refusals import error_line, fail
 from configs.terminal import escaped
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game

@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from configs.cli import OneLineParser, docstring_help, fail
+from configs.cli import OneLineParser, docstring_help
 from configs.fields import ConfigError
 from configs.machine import url_problem
+from configs.refusals import fail
 from configs.terminal import escaped
 from configs.urls import DEFAULT_DASHBOARD as DEFAULT_DASHBOARD_URL
 from configs.urls import strip_userinfo

@@ -23,7 +23,7 @@ from torch import nn
 
 from configs.fields import ConfigError
 from configs.files import atomic_write
-from configs.grouping import grouped_for_cores
+from configs.launch import grouped_for_cores
 from configs.machine import usable_cores
 from configs.ppo import PPOConfig
 from game.atari import action_meanings, is_known_game, relaunch_refusal

@@ -28,8 +28,10 @@ from typing import Any
 
 import psutil
 
-from configs.cli import OneLineParser, config_from_overrides, docstring_help, fail, int_in
+from configs.cli import OneLineParser, docstring_help, int_in
 from configs.fields import MAX_SEED, ConfigError
+from configs.launch import config_from_overrides
+from configs.refusals import fail
 from tests.process_table import age_s, children, marked
 
 MARK = "BREAKOUT_CHAOS_MARK"

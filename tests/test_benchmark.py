@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from configs.grouping import grouped_for_cores
+from configs.launch import grouped_for_cores
 from configs.machine import usable_cores
 from configs.ppo import PPOConfig
 from experiments.benchmark import JSON_KEYS, RATE_KEYS, bound_sps

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from configs.cli import build_parser, config_from_overrides, overrides_from_args
+from configs.cli import build_parser, overrides_from_args
+from configs.launch import config_from_overrides
 from configs.ppo import ConfigError, PPOConfig, config_fields, live_ranges, validate
 
 FIELDS = {f.name: f for f in config_fields()}

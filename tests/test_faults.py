@@ -198,7 +198,7 @@ def test_a_resume_regroups_the_games_for_its_machine(cli, tmp_path: Path, split_
     acts for all 4 at once, and the note says so."""
     import shutil
 
-    from configs.grouping import grouped_for_cores
+    from configs.launch import grouped_for_cores
     from configs.machine import usable_cores
     from ppo.trainer import acting_groups
     reference = load_checkpoint(Path(run_once(cli, tmp_path / "straight", *STRAIGHT)["checkpoint"]))

@@ -10,7 +10,7 @@ import pytest
 from labml.internal.experiment import Experiment
 from labml.internal.logger import logger_singleton
 
-from configs.grouping import grouped_for_cores
+from configs.launch import grouped_for_cores
 from configs.ppo import PPOConfig
 from experiments.run.console import Console
 from experiments.run.progress import ProgressLine, hms, progress_text, rate

@@ -23,8 +23,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from configs.cli import OneLineParser, bad_value, docstring_help
+from configs.cli import OneLineParser, docstring_help
 from configs.ppo import ConfigError, PPOConfig, validate
+from configs.refusals import bad_value
 from experiments.evaluate import check_device_name, locate_checkpoint, parse_device, read_checked
 from experiments.run.console import say
 

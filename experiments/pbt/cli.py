@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from configs.cli import OneLineParser, build_parser, config_from_overrides, error_line, fail, float_in, int_in, overrides_from_args, spell_game
+from configs.cli import OneLineParser, build_parser, float_in, int_in, overrides_from_args, spell_game
 from configs.fields import MAX_UPDATES
+from configs.launch import config_from_overrides
 from configs.ppo import ConfigError
+from configs.refusals import error_line, fail
 from configs.terminal import escaped
 from configs.urls import strip_userinfo
 from dashboard.client import DashboardError, compare_line, set_hyperparams

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from configs.cli import config_from_overrides
+from configs.launch import config_from_overrides
 from configs.ppo import ConfigError
 from configs.urls import strip_userinfo
 from experiments.pbt.state import STATE, Population, PopulationFileError

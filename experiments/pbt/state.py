@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from configs.cli import config_from_overrides, value_converter
+from configs.cli import value_converter
 from configs.fields import MAX_SEED
 from configs.files import atomic_write
+from configs.launch import config_from_overrides
 from configs.ppo import ConfigError, PPOConfig, live_ranges, live_value_problem
 from experiments.pbt.explore import check_explored
 from experiments.run.folders import RunFolder, publish

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, Process, run_tool
 
-from configs.grouping import grouped_for_cores
+from configs.launch import grouped_for_cores
 from configs.machine import usable_cores
 from configs.ppo import PPOConfig
 from experiments.run.updates_csv import read_updates
