@@ -43,7 +43,7 @@ def seconds_per_file(log_lines: list[str]) -> dict[str, float]:
 class LongestFirstScheduling(LoadFileScheduling):
     """xdist's loadfile scheduling, with the cluster files as one unit and the units longest first."""
 
-    def __init__(self, config, log=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, config, log=None) -> None:
         super().__init__(config, log)
         self.rootpath = Path(config.rootpath)
         self.seconds: dict[str, float] = json.loads(TABLE.read_text()) if TABLE.exists() else {}
@@ -62,7 +62,7 @@ class LongestFirstScheduling(LoadFileScheduling):
         paths = [path for path, cluster in self.uses_cluster.items() if cluster] if scope == CLUSTER_SCOPE else [scope]
         return sum(self.seconds.get(path, float("inf")) for path in paths)
 
-    def _assign_work_unit(self, node) -> None:  # type: ignore[no-untyped-def]
+    def _assign_work_unit(self, node) -> None:
         # `schedule` fills the queue (by number of tests) and then assigns at once: reorder on the
         # first assignment, before any unit has left the queue.
         if not self.ordered:

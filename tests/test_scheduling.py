@@ -60,8 +60,8 @@ def test_units_go_longest_first_the_cluster_files_as_one_and_an_unmeasured_file_
                   "tests/test_mid.py::test_w", "tests/test_cluster_b.py::test_z", "tests/test_new.py::test_v"]
     first, second = Worker("gw0"), Worker("gw1")
     for worker in (first, second):
-        sched.add_node(worker)  # type: ignore[arg-type]
-        sched.add_node_collection(worker, collection)  # type: ignore[arg-type]
+        sched.add_node(worker)
+        sched.add_node_collection(worker, collection)
     sched.schedule()
     # Order: new (unmeasured), the cluster unit (70 s), mid (60 s), many (10 s); each worker is
     # given two units at the start.
