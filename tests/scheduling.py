@@ -10,7 +10,7 @@ placed last costs a whole idle worker, while a short one placed first costs only
 
 The table is regenerated from a whole run's durations (`python -m tests.scheduling --help`):
 
-    python -m pytest --durations=0 -vv | tee /tmp/suite.log
+    python -m pytest --durations=0 | tee /tmp/suite.log
     python -m tests.scheduling /tmp/suite.log > tests/file_seconds.json
 """
 from __future__ import annotations
@@ -75,7 +75,7 @@ class LongestFirstScheduling(LoadFileScheduling):
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print("usage: python -m tests.scheduling SUITE_LOG  (the output of `python -m pytest --durations=0 -vv`)\n"
+        print("usage: python -m tests.scheduling SUITE_LOG  (the output of `python -m pytest --durations=0`)\n"
               "prints the seconds per test file as JSON, for tests/file_seconds.json")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     print(json.dumps(seconds_per_file(Path(argv[0]).read_text().splitlines()), indent=1))
