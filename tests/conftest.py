@@ -249,6 +249,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
 
 
+@pytest.hookimpl(optionalhook=True)  # the hook exists only where xdist is loaded (not with -p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist=loadfile` hands out the files longest first, the cluster files as one (tests/scheduling.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.scheduling import LongestFirstScheduling
+
+    return LongestFirstScheduling(config, log)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """A skipped fingerprint test means nothing checked that moved code still learns the same: say so
     in a banner of its own at the end, not only as one line among the skips."""
