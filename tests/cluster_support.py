@@ -39,6 +39,21 @@ class LocalCluster:
     def nodes(self) -> list[dict]:
         return json.loads(Path(self.exports["LOCAL_CLUSTER_NODES"]).read_text())
 
+    def bring_back(self, timeout_s: float = 300) -> list[dict]:
+        """Every worker node a test killed started again (the tool's SIGUSR1), so that a test that
+        loses one finds all 3; returns the nodes once each one's raylet runs."""
+        def lost() -> list[dict]:
+            return [n for n in self.nodes() if not process_table.is_alive(n["raylet_pid"])]
+
+        if gone := lost():
+            assert all(wait_dead(n["process_pid"]) for n in gone)  # the tool restarts a node whose process ended
+            self.process.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + timeout_s
+            while lost():
+                assert self.process.poll() is None and time.monotonic() < deadline, "the lost nodes did not come back"
+                time.sleep(0.1)
+        return self.nodes()
+
     def driver_env(self, cli: Cli, **changes: str | None) -> dict[str, str]:
         """A driver's environment as docs/ray.md sets it: the token's path, no RAY_AUTH_MODE (the
         commands set it), then `changes` (None: removed)."""
