@@ -23,13 +23,15 @@ import importlib
 import ipaddress
 import os
 import re
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cluster_refusal", "prepare_to_join", "quiet_cluster_messages"]
+__all__ = ["cluster_refusal", "head_lost", "prepare_to_join", "quiet_cluster_messages", "watch_head"]
 
 LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # read once, when `ray` is first imported
 _NODE_DEAD = re.compile(r"node id: ([0-9a-f]+) and address: (\S+?)(?: and|\s|$)")
@@ -70,6 +72,9 @@ def prepare_to_join(address: str) -> None:
         os.environ[LOCAL_ONLY_VARIABLE] = "0"
     if "RAY_AUTH_MODE" not in os.environ and _token_source() is not None:
         os.environ["RAY_AUTH_MODE"] = "token"
+    # The driver's own Ray client logs to its stderr (a node's components log to files): what it
+    # reports of a lost node or head, the driver says in a line of its own.
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
 
 
 @contextlib.contextmanager
@@ -140,3 +145,39 @@ def quiet_cluster_messages() -> None:
 
     worker._print_to_stdstream_of_ray = original
     worker.print_to_stdstream = to_stderr
+
+
+_head_lost = threading.Event()
+
+
+def head_lost() -> bool:
+    """Whether `watch_head` saw this driver's cluster lose its head."""
+    return _head_lost.is_set()
+
+
+def watch_head(address: str, period_s: float = 0.5) -> None:
+    """Once connected to the cluster at `address`: from a daemon thread, the head's GCS port is tried
+    every `period_s`; when it refuses (the head is gone, and the cluster with it), `head_lost()`
+    turns true and this process gets a SIGINT, so its driver stops its work as a Ctrl-C does and
+    says in one line how to go on. Left alone, Ray's client would wait a minute for the GCS, then
+    end the process with its own account. A slow answer is a busy head, not a lost one."""
+    target = _target(address)
+    if target is None:
+        return
+
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def watch() -> None:
+        while not _head_lost.wait(period_s):
+            try:
+                socket.create_connection(target, timeout=10).close()
+            except ConnectionRefusedError:
+                _head_lost.set()
+                # To the main thread itself: where it blocks SIGINT while it writes a record whole,
+                # the stop waits until that is done.
+                signal.pthread_kill(main, signal.SIGINT)
+            except OSError:
+                continue
+
+    threading.Thread(target=watch, name="ray-head-watch", daemon=True).start()
