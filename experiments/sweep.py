@@ -287,6 +287,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                 row.setdefault("status", "lost")
             write_csv(csv_path, sorted_rows(rows), names)
             print(escaped(lost_line(str(address), rows, go_on_command(prog, argv_of(argv), csv_path))), file=sys.stderr, flush=True)
+            print(csv_path, flush=True)  # the last line, as at the end of every sweep
             return 1
         print("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)", file=sys.stderr)
         return 130

@@ -67,16 +67,16 @@ class LocalCluster:
         return env
 
 
-def started_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """tools/local_cluster.py --nodes 3 --cpus-per-node 1, stopped (SIGTERM) when the worker's
-    cluster tests are done; it must leave no process and no folder."""
+def started_cluster(tmp_path_factory: pytest.TempPathFactory, nodes: int = 3, cpus: int = 1) -> Iterator[LocalCluster]:
+    """tools/local_cluster.py --nodes 3 --cpus-per-node 1 (or as given), stopped (SIGTERM) when the
+    worker's cluster tests are done; it must leave no process and no folder."""
     if not ray_installed():
         pytest.skip('Ray is not installed (pip install -e ".[ray]")')
     marker = Cli().marker
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update({MARK: marker, "PYTHONPATH": str(REPO)})
     log = tmp_path_factory.mktemp("local-cluster") / "stderr"
-    process = subprocess.Popen([sys.executable, str(TOOL), "--nodes", "3", "--cpus-per-node", "1"], cwd=REPO, env=env,
+    process = subprocess.Popen([sys.executable, str(TOOL), "--nodes", str(nodes), "--cpus-per-node", str(cpus)], cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
     exports: dict[str, str] = {}
     try:

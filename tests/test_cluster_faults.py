@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import process_table
-from tests.cluster_support import TINY, LocalCluster, environ_of, wait_dead
+from tests.cluster_support import TINY, LocalCluster, environ_of, started_cluster, wait_dead
 from tests.conftest import MARK, REPO, Cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
@@ -177,4 +177,60 @@ def test_a_worker_node_lost_mid_population_reruns_its_member_from_its_checkpoint
         with (runs / "breakout" / run / "updates.csv").open() as f:
             assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2], run  # none lost, none twice
     assert lost_lines(err) == [our_line(victim)], err[-3000:]
+    assert cli.leftovers() == []
+
+
+def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_to_go_on_and_nothing_half_written(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """A cluster of its own (a head alone, 3 CPUs: the shared one cannot lose its head), with a sweep
+    (1 trial) and a population (2 members) held after update 1 on it; its head is lost. Each driver
+    ends at once, exit 1, with one line of its own, its records whole."""
+    from experiments.pbt.population import PrivateDashboard
+
+    cluster_gen = started_cluster(tmp_path_factory, nodes=1, cpus=3)
+    cluster = next(cluster_gen)
+    cli, runs = Cli(), tmp_path / "runs"
+    address = cluster.address
+    (tmp_path / "dashboard").mkdir()
+    try:
+        with PrivateDashboard(tmp_path / "dashboard", runs) as dashboard:
+            sweep_args = ("--ray-address", address, "--grid", "learning_rate=1e-4", "--cpus-per-trial", "1", "--workers-per-trial", "1",
+                          "--checkpoint-every", "1", "--data-dir", str(runs), "--csv", str(tmp_path / "sweep.csv"), *TINY)
+            sweep = start_held_driver(cluster, cli, tmp_path / "hold-sweep", "experiments.sweep", *sweep_args)
+            pbt = start_held_driver(cluster, cli, tmp_path / "hold-pbt", "experiments.pbt", "--ray-address", address,
+                                    "--dashboard", dashboard.url, "--population", "2", "--interval", "1", "--n-workers", "1",
+                                    "--cpus-per-member", "1", "--checkpoint-every", "1", "--data-dir", str(runs), *TINY)
+            drivers = (sweep, pbt)
+            try:
+                [trial] = held_runs(tmp_path / "hold-sweep", 1, sweep)
+                members = held_runs(tmp_path / "hold-pbt", 2, pbt)
+                os.kill(cluster.nodes()[0]["raylet_pid"], signal.SIGKILL)
+                (sweep_out, sweep_err), (pbt_out, pbt_err) = (d.communicate(timeout=300) for d in drivers)
+            finally:
+                for driver in drivers:
+                    driver.kill()
+    finally:
+        next(cluster_gen, None)  # the tool stops what is left of the cluster, and must leave nothing
+    assert (sweep.returncode, pbt.returncode) == (1, 1), sweep_err[-3000:] + pbt_err[-3000:]
+    go_on = " ".join(["python -m experiments.sweep", *sweep_args[:-len(TINY) - 2], *TINY, "--resume", str(tmp_path / "sweep.csv")])
+    assert [line for line in sweep_err.splitlines() if "was lost" in line] == [
+        f"sweep: the Ray cluster at {address} was lost (its head); 0 of 1 trials completed and are kept; go on with: {go_on}"]
+    folder = Path(pbt_out.strip())
+    assert folder.name == "lineage.csv"
+    assert [line for line in pbt_err.splitlines() if "was lost" in line] == [
+        f"pbt: the Ray cluster at {address} was lost (its head); every member's last checkpoint is kept; go on with: "
+        f"python -m experiments.pbt --resume {folder.parent} --ray-address {address}"]
+    for err in (sweep_err, pbt_err):  # Ray's own account stays in its logs
+        assert "Traceback" not in err and not [line for line in err.splitlines() if line.startswith("[20")], err[-3000:]
+    assert sweep_out.splitlines()[-1] == str(tmp_path / "sweep.csv")
+    with (tmp_path / "sweep.csv").open(newline="") as f:
+        [row] = list(csv.DictReader(f))
+    assert (row["status"], row["run_uuid"], row["learning_rate"]) == ("lost", trial, "0.0001")
+    assert folder.read_text() == ",".join(("update", "member", "copied_from", "changes", "node_id", "donor_node_id")) + "\n"
+    state = json.loads((folder.parent / "population.json").read_text())
+    assert state["generation"] == 0 and [m["run_uuid"] for m in state["members"]] == sorted(members, key=[m["run_uuid"] for m in state["members"]].index)
+    for run in [trial, *members]:  # each run as its last checkpoint left it: update 1, whole
+        summary = json.loads((runs / "breakout" / run / "summary.json").read_text())
+        assert (summary["status"], summary["updates"]) == ("running", 1), summary
+        assert (runs / "breakout" / run / "updates.csv").read_text().endswith("\n")
     assert cli.leftovers() == []

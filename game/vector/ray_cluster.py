@@ -18,6 +18,7 @@ line when it could not join, and Ray's messages about the cluster kept off its s
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import ipaddress
@@ -72,9 +73,6 @@ def prepare_to_join(address: str) -> None:
         os.environ[LOCAL_ONLY_VARIABLE] = "0"
     if "RAY_AUTH_MODE" not in os.environ and _token_source() is not None:
         os.environ["RAY_AUTH_MODE"] = "token"
-    # The driver's own Ray client logs to its stderr (a node's components log to files): what it
-    # reports of a lost node or head, the driver says in a line of its own.
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
 
 
 @contextlib.contextmanager
@@ -145,6 +143,44 @@ def quiet_cluster_messages() -> None:
 
     worker._print_to_stdstream_of_ray = original
     worker.print_to_stdstream = to_stderr
+    _client_logs_to_file(Path(worker.global_worker.node.get_logs_dir_path()) / f"driver-{os.getpid()}-client.log")
+
+
+_CLIENT_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] ")
+_END = b"\0end of the driver's stderr\0\n"
+
+
+def _client_logs_to_file(path: Path) -> None:
+    """Ray's client in this process (C++) logs to file descriptor 2, in its own format, what the
+    driver says itself (a task whose node was lost, a GCS gone). From here on, fd 2 is a pipe: its
+    lines in that format go to `path` (while it can be written), every other line to the real
+    stderr; at exit fd 2 is put back once every line before has been passed on."""
+    sys.stderr.flush()
+    real, (read, write) = os.dup(2), os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+
+    def pump() -> None:
+        with os.fdopen(read, "rb") as lines:
+            for line in lines:
+                if line == _END:
+                    return
+                if _CLIENT_LOG_LINE.match(line):
+                    with contextlib.suppress(OSError), path.open("ab") as log:
+                        log.write(line)
+                else:
+                    os.write(real, line)
+
+    pumping = threading.Thread(target=pump, name="ray-client-log", daemon=True)
+    pumping.start()
+
+    def put_back() -> None:
+        sys.stderr.flush()
+        os.write(2, _END)
+        pumping.join(timeout=10)
+        os.dup2(real, 2)
+
+    atexit.register(put_back)
 
 
 _head_lost = threading.Event()
