@@ -9,7 +9,9 @@ own `--workers-per-trial` env workers (local processes next to its trainer, or R
 `--backend ray`).
 
 A trial whose node or worker process is lost is run again by Ray (`--max-retries`) under the same
-run uuid: with `--data-dir` on storage every node sees, it resumes from its last checkpoint.
+run uuid: with `--data-dir` on storage every node sees, it resumes from its last checkpoint. A lost
+head ends the sweep (exit 1) with its CSV written and one line naming the command to go on: the
+same options and `--resume CSV` (experiments/sweep_resume.py).
 
 At the end: a table of trials sorted by their final full-game score (`score_mean_100`), also
 written as CSV (`--csv`, default `<data_dir>/<name>/sweep-<time>.csv`), whose path is the last
@@ -101,8 +103,8 @@ def connect(address: str | None, cpus_per_trial: float) -> bool:
 
 def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_trial: float, max_retries: int,
               max_concurrent: int | None, log: typing.Callable[[str], None], name: str,
-              rows: list[dict[str, Any]] | None = None, done: typing.AbstractSet[int] = frozenset()) -> list[dict[str, Any]]:
-    """Run every trial as a Ray task, but those in `done` (kept from a resumed sweep); returns one
+              rows: list[dict[str, Any]] | None = None, kept: typing.AbstractSet[int] = frozenset()) -> list[dict[str, Any]]:
+    """Run every trial as a Ray task, but those in `kept` (completed in a resumed sweep); returns one
     row per trial (its parameters and summary), filled in `rows` when given. The dashboard lists
     each run as `name` (the results table's) and its trial number."""
     import ray
@@ -110,7 +112,7 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
     task = ray.remote(max_calls=1)(run_trial)  # a fresh process per trial: labml keeps global state
     task = task.options(num_cpus=cpus_per_trial, max_retries=max_retries, retry_exceptions=False)
     rows = planned_rows(trials) if rows is None else rows
-    queue = [i for i in range(len(trials)) if i not in done]
+    queue = [i for i in range(len(trials)) if i not in kept]
     running: dict[Any, int] = {}
     limit = max_concurrent or len(trials)
     started = time.perf_counter()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,5 +83,5 @@ def lost_line(address: str, rows: list[dict[str, Any]], command: str) -> str:
             f"kept; go on with: {command}")
 
 
-def argv_of(argv: list[str] | None) -> list[str]:
+def argv_of(argv: Sequence[str] | None) -> list[str]:
     return list(sys.argv[1:] if argv is None else argv)

@@ -234,3 +234,21 @@ def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_t
         assert (summary["status"], summary["updates"]) == ("running", 1), summary
         assert (runs / "breakout" / run / "updates.csv").read_text().endswith("\n")
     assert cli.leftovers() == []
+
+
+def test_a_sweep_resumed_from_a_csv_of_other_trials_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing is run when the CSV is not this sweep's: another grid value, or another count."""
+    from experiments.sweep import main as sweep_main
+    from tests.conftest import refused_in_process
+
+    results = tmp_path / "sweep.csv"
+    results.write_text("rank,trial,status,learning_rate,run_uuid\n1,1,completed,0.0003," + "a" * 32 + "\n"
+                       "2,2,lost,0.0001," + "b" * 32 + "\n")
+    argv = ["--data-dir", str(tmp_path / "runs"), "--resume", str(results), *TINY]
+    assert refused_in_process(capsys, ["--grid", "learning_rate=1e-4,2e-4", *argv], sweep_main) == (
+        f"error: --resume {results}: trial 1 has learning_rate=0.0003 there, 0.0001 here: give the options the sweep was started with")
+    assert refused_in_process(capsys, ["--grid", "learning_rate=1e-4", *argv], sweep_main) == (
+        f"error: --resume {results}: expected the results of this sweep's 1 trials (it holds 2 rows): give the options the sweep "
+        "was started with")
+    assert not (tmp_path / "runs").exists()

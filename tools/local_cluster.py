@@ -220,9 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.node is not None:
         return run_node(args)
     stop, wake, back = threading.Event(), threading.Event(), threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: (stop.set(), wake.set()))
-    signal.signal(signal.SIGUSR1, lambda *_: (back.set(), wake.set()))  # bring lost worker nodes back
+
+    def on_signal(signum: int, frame: object) -> None:
+        (back if signum == signal.SIGUSR1 else stop).set()  # SIGUSR1: bring lost worker nodes back
+        wake.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(signum, on_signal)
     folder, token = private_folder()
     cluster = Cluster(folder, token)
     try:
