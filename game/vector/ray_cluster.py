@@ -143,7 +143,6 @@ def quiet_cluster_messages() -> None:
 
     worker._print_to_stdstream_of_ray = original
     worker.print_to_stdstream = to_stderr
-    _client_logs_to_file(Path(worker.global_worker.node.get_logs_dir_path()) / f"driver-{os.getpid()}-client.log")
 
 
 _CLIENT_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] ")
@@ -151,8 +150,8 @@ _END = b"\0end of the driver's stderr\0\n"
 
 
 def _client_logs_to_file(path: Path) -> None:
-    """Ray's client in this process (C++) logs to file descriptor 2, in its own format, what the
-    driver says itself (a task whose node was lost, a GCS gone). From here on, fd 2 is a pipe: its
+    """Ray's client in this process (C++) logs to file descriptor 2, in its own format, what a
+    driver that watches its head says itself (a task whose node was lost, a GCS gone). From here on, fd 2 is a pipe: its
     lines in that format go to `path` (while it can be written), every other line to the real
     stderr; at exit fd 2 is put back once every line before has been passed on."""
     sys.stderr.flush()
@@ -197,10 +196,13 @@ def watch_head(address: str, period_s: float = 0.5) -> None:
     turns true and this process gets a SIGINT, so its driver stops its work as a Ctrl-C does and
     says in one line how to go on. Left alone, Ray's client would wait a minute for the GCS, then
     end the process with its own account. A slow answer is a busy head, not a lost one."""
+    from ray._private import worker
+
     target = _target(address)
     if target is None:
         return
-
+    # What Ray's client says of the loss (its GCS gone, tasks it cannot report) goes to its log folder.
+    _client_logs_to_file(Path(worker.global_worker.node.get_logs_dir_path()) / f"driver-{os.getpid()}-client.log")
     main = threading.main_thread().ident
     assert main is not None
 
