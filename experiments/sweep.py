@@ -9,7 +9,9 @@ own `--workers-per-trial` env workers (local processes next to its trainer, or R
 `--backend ray`).
 
 A trial whose node or worker process is lost is run again by Ray (`--max-retries`) under the same
-run uuid: with `--data-dir` on storage every node sees, it resumes from its last checkpoint.
+run uuid: with `--data-dir` on storage every node sees, it resumes from its last checkpoint. A lost
+head ends the sweep (exit 1) with its CSV written and one line naming the command to go on: the
+same options and `--resume CSV` (experiments/sweep_resume.py).
 
 At the end: a table of trials sorted by their final full-game score (`score_mean_100`), also
 written as CSV (`--csv`, default `<data_dir>/<name>/sweep-<time>.csv`), whose path is the last
@@ -40,9 +42,11 @@ from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
 from configs.refusals import error_line, fail
 from configs.terminal import escaped
+from experiments.sweep_resume import argv_of, go_on_command, lost_line, resumed_rows
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
 from game.vector.private_ray import cluster_refusal, join_ray_cluster, ray_refusal, start_private_ray, stop_ray
+from game.vector.ray_cluster import head_lost, watch_head
 
 PROG = "python -m experiments.sweep"
 REPO = Path(__file__).resolve().parents[1]
@@ -92,6 +96,7 @@ def connect(address: str | None, cpus_per_trial: float) -> bool:
         # job (working_dir), so every trial runs the driver's version of it.
         excludes = [".git", ".venv", "runs", "docs", "tests", "**/__pycache__", "*.egg-info"]
         ray = join_ray_cluster(address, runtime_env={"working_dir": str(REPO), "excludes": excludes, "env_vars": shared}, **common)
+        watch_head(address)  # a lost head: a Ctrl-C here, then one line of ours (the callers' KeyboardInterrupt)
         return any(n["Alive"] and n["Resources"].get("CPU", 0) >= cpus_per_trial for n in ray.nodes())
     finally:
         if own_sigterm is not None:  # None: a handler not set from Python, nothing to put back
@@ -99,15 +104,17 @@ def connect(address: str | None, cpus_per_trial: float) -> bool:
 
 
 def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_trial: float, max_retries: int,
-              max_concurrent: int | None, log: typing.Callable[[str], None], name: str) -> list[dict[str, Any]]:
-    """Run every trial as a Ray task; returns one row per trial (its parameters and summary). The
-    dashboard lists each run as `name` (the results table's) and its trial number."""
+              max_concurrent: int | None, log: typing.Callable[[str], None], name: str,
+              rows: list[dict[str, Any]] | None = None, kept: typing.AbstractSet[int] = frozenset()) -> list[dict[str, Any]]:
+    """Run every trial as a Ray task, but those in `kept` (completed in a resumed sweep); returns one
+    row per trial (its parameters and summary), filled in `rows` when given. The dashboard lists
+    each run as `name` (the results table's) and its trial number."""
     import ray
 
     task = ray.remote(max_calls=1)(run_trial)  # a fresh process per trial: labml keeps global state
     task = task.options(num_cpus=cpus_per_trial, max_retries=max_retries, retry_exceptions=False)
-    rows: list[dict[str, Any]] = [{"trial": i + 1, "run_uuid": uuid.uuid4().hex, **params} for i, params in enumerate(trials)]
-    queue = list(range(len(trials)))
+    rows = planned_rows(trials) if rows is None else rows
+    queue = [i for i in range(len(trials)) if i not in kept]
     running: dict[Any, int] = {}
     limit = max_concurrent or len(trials)
     started = time.perf_counter()
@@ -127,7 +134,7 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
                                run_dir=summary.get("run_dir"))
             except ray.exceptions.RayError as e:  # the trial raised, or its process/node was lost for good
                 rows[i].update(status="failed", error=_first_line(e), score=None)
-            finished = len(trials) - len(queue) - len(running)
+            finished = len(trials) - len(queue) - len(running)  # those kept from a resumed sweep included
             score = rows[i]["score"]
             log(f"[{finished}/{len(trials)} after {time.perf_counter() - started:.0f} s] trial {i + 1} {rows[i]['status']}: "
                 f"{SCORE} {'-' if score is None else f'{score:.1f}'}  {_params(trials[i])}  run {rows[i]['run_uuid']}"
@@ -136,6 +143,10 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
         for ref in running:  # Ctrl-C or an error here: stop what still runs (checkpoints stay)
             ray.cancel(ref, force=True)
     return rows
+
+
+def planned_rows(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"trial": i + 1, "run_uuid": uuid.uuid4().hex, **params} for i, params in enumerate(trials)]
 
 
 def _first_line(e: BaseException) -> str:
@@ -172,11 +183,13 @@ def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
     columns = ["rank", "trial", SCORE, "games", "updates", "env_steps", "sps", "status", *names, "run_uuid", "host",
                "node_id", "run_dir", "error"]  # node_id: Ray's, as nodes of one machine share its host name
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
+    partial = path.with_name(path.name + ".partial")  # replaced whole: a sweep stopped mid-write leaves the last one
+    with partial.open("w", newline="") as f:
         writer = csv.DictWriter(f, columns, extrasaction="ignore")
         writer.writeheader()
         for rank, r in enumerate(rows, 1):
             writer.writerow({**r, "rank": rank, SCORE: r.get("score")})
+    partial.replace(path)
 
 
 def print_comparison(dashboard: str | None, rows: list[dict[str, Any]]) -> None:
@@ -240,6 +253,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                        help="run at most K trials at once (default: as many as the cluster's CPUs allow)")
     group.add_argument("--max-retries", type=int_in(0, 100), default=1, metavar="N",
                        help="re-run a trial whose process or node died up to N times, 0 to 100 (it resumes from its checkpoint) (default: 1)")
+    group.add_argument("--resume", metavar="CSV", help="go on with the sweep whose results CSV this is (given with the "
+                                                        "options it was started with): its completed trials are kept, the others go on")
     group.add_argument("--csv", metavar="PATH", help="where the results table goes (default <data_dir>/<name>/sweep-<time>.csv)")
     args = parser.parse_args(argv)
     try:
@@ -249,12 +264,18 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     space, fixed, base, trials, cpus, address = plan
     if address is not None and (refusal := cluster_refusal(address)) is not None:
         fail(refusal)  # a cluster this driver cannot join, said before anything starts
-    csv_path = Path(args.csv) if args.csv else Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv"
+    names = [*space.grid, *space.random]
+    rows, done = planned_rows(trials), set()
+    if args.resume is not None:
+        try:
+            done = resumed_rows(Path(args.resume), rows, names, SCORE)
+        except SweepError as e:
+            fail(str(e))
+    csv_path = Path(args.resume or args.csv or Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv")
 
     def log(line: str) -> None:
         print(escaped(line), flush=True)  # a trial's status and error come from its run
 
-    names = [*space.grid, *space.random]
     print(f"sweep: {len(trials)} trials of {_params(fixed)}; searching {', '.join(names)}; "
           f"{cpus:g} CPUs per trial", flush=True)
     try:
@@ -263,8 +284,15 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             print(error_line(f"--cpus-per-trial {cpus:g}: expected at most the CPUs of one node of the cluster at {address}"),
                   file=sys.stderr)
             return 2
-        rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log, csv_path.stem))
+        rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log, csv_path.stem, rows, done))
     except KeyboardInterrupt:
+        if head_lost():  # what completed is kept in the CSV, written whole; the rest goes on with --resume
+            for row in rows:
+                row.setdefault("status", "lost")
+            write_csv(csv_path, sorted_rows(rows), names)
+            print(escaped(lost_line(str(address), rows, go_on_command(prog, argv_of(argv), csv_path))), file=sys.stderr, flush=True)
+            print(csv_path, flush=True)  # the last line, as at the end of every sweep
+            return 1
         print("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)", file=sys.stderr)
         return 130
     finally:

@@ -39,6 +39,21 @@ class LocalCluster:
     def nodes(self) -> list[dict]:
         return json.loads(Path(self.exports["LOCAL_CLUSTER_NODES"]).read_text())
 
+    def bring_back(self, timeout_s: float = 300) -> list[dict]:
+        """Every worker node a test killed started again (the tool's SIGUSR1), so that a test that
+        loses one finds all 3; returns the nodes once each one's raylet runs."""
+        def lost() -> list[dict]:
+            return [n for n in self.nodes() if not process_table.is_alive(n["raylet_pid"])]
+
+        if gone := lost():
+            assert all(wait_dead(n["process_pid"]) for n in gone)  # the tool restarts a node whose process ended
+            self.process.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + timeout_s
+            while lost():
+                assert self.process.poll() is None and time.monotonic() < deadline, "the lost nodes did not come back"
+                time.sleep(0.1)
+        return self.nodes()
+
     def driver_env(self, cli: Cli, **changes: str | None) -> dict[str, str]:
         """A driver's environment as docs/ray.md sets it: the token's path, no RAY_AUTH_MODE (the
         commands set it), then `changes` (None: removed)."""
@@ -52,16 +67,16 @@ class LocalCluster:
         return env
 
 
-def started_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """tools/local_cluster.py --nodes 3 --cpus-per-node 1, stopped (SIGTERM) when the worker's
-    cluster tests are done; it must leave no process and no folder."""
+def started_cluster(tmp_path_factory: pytest.TempPathFactory, nodes: int = 3, cpus: int = 1) -> Iterator[LocalCluster]:
+    """tools/local_cluster.py --nodes 3 --cpus-per-node 1 (or as given), stopped (SIGTERM) when the
+    worker's cluster tests are done; it must leave no process and no folder."""
     if not ray_installed():
         pytest.skip('Ray is not installed (pip install -e ".[ray]")')
     marker = Cli().marker
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update({MARK: marker, "PYTHONPATH": str(REPO)})
     log = tmp_path_factory.mktemp("local-cluster") / "stderr"
-    process = subprocess.Popen([sys.executable, str(TOOL), "--nodes", "3", "--cpus-per-node", "1"], cwd=REPO, env=env,
+    process = subprocess.Popen([sys.executable, str(TOOL), "--nodes", str(nodes), "--cpus-per-node", str(cpus)], cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
     exports: dict[str, str] = {}
     try:

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
 def test_the_local_cluster_listens_on_loopback_only_with_a_private_token(local_cluster: LocalCluster) -> None:
     assert list(local_cluster.exports) == ["RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "LOCAL_CLUSTER_NODES"]
     assert local_cluster.address.startswith("127.0.0.1:")
-    nodes = local_cluster.nodes()
+    nodes = local_cluster.bring_back()  # every node, those a test before lost started again
     assert [n["name"] for n in nodes] == ["head", "node-2", "node-3"] and len({n["node_id"] for n in nodes}) == 3
     pids = process_table.marked(MARK, local_cluster.marker)
     listening = {pid: process_table.listening_sockets(pid) for pid in pids}
@@ -100,9 +100,10 @@ def test_a_populations_members_spread_over_nodes_and_its_lineage_names_them(loca
 
 def test_a_runs_actors_spread_over_nodes_and_one_lost_with_its_node_is_replaced_with_no_orphan_left(
         local_cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Last: it leaves the cluster a node short. A held run (tests/conftest.py's HELD_RUN), its 2
+    """It leaves the cluster a node short (a test that needs it whole brings it back). A held run (tests/conftest.py's HELD_RUN), its 2
     actors on 2 nodes (1 CPU a node), is mid-training when the node of one of them is killed (its
     raylet, SIGKILL). Its summary names the nodes its actors used, the lost one's and the new one's."""
+    local_cluster.bring_back()  # 3 nodes: 2 for the actors, 1 for the replacement
     cli = Cli()
     for name in [n for n in os.environ if n.startswith("RAY_")]:
         monkeypatch.delenv(name)

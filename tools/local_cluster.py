@@ -7,8 +7,9 @@ Once every node is up it prints, one `NAME=value` a line, what a driver needs to
 `export` (`eval "$(…)"` or copy them): `RAY_ADDRESS` (the head's GCS), `RAY_AUTH_TOKEN_PATH` (the
 cluster's token: 256 random bits in a 0600 file inside a fresh 0700 folder, made before any node
 starts) and `LOCAL_CLUSTER_NODES` (a JSON file naming each node: its Ray node id, its raylet's pid
-and its supervising process's pid; kill a raylet to lose that node). It runs until SIGTERM or
-SIGINT, then stops every node (workers first, the head last; by pid) and removes its folder.
+and its supervising process's pid; kill a raylet to lose that node). A SIGUSR1 starts every lost
+worker node again, under its name, and rewrites that file. It runs until SIGTERM or SIGINT, then
+stops every node (workers first, the head last; by pid) and removes its folder.
 
 Why every node is on 127.0.0.1: Ray's servers listen on loopback only when their node's address
 is 127.0.0.1, and on every interface for any other address (127.0.0.2 included). So every node
@@ -157,9 +158,10 @@ class Cluster:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), **{LOCAL_ONLY_VARIABLE: "0"})
 
-    def start_node(self, kind: str, cpus: int, gcs: str | None = None, tries: int = 2) -> dict[str, Any]:
-        """One node, returned once up. One at a time, and tried again once: Ray gives a raylet 30 s
-        to register, which a loaded machine of 2 cores starting several at once can miss."""
+    def start_node(self, kind: str, cpus: int, gcs: str | None = None, tries: int = 2, name: str | None = None) -> dict[str, Any]:
+        """One node (named `name`, or after its place), returned once up. One at a time, and tried
+        again once: Ray gives a raylet 30 s to register, which a loaded machine of 2 cores starting
+        several at once can miss."""
         argv = [sys.executable, str(Path(__file__).resolve()), "--node", kind, "--cpus-per-node", str(cpus), "--folder", str(self.folder)]
         if gcs is not None:
             argv += ["--gcs", gcs]
@@ -176,13 +178,30 @@ class Cluster:
             print(f"local_cluster: a {kind} node did not start (exit {process.returncode}); trying again", file=sys.stderr, flush=True)
         _, address, node_id, raylet = line.split()
         info = self.nodes[-1][1]
-        info.update({"name": "head" if kind == "head" else f"node-{len(self.named()) + 1}", "node_id": node_id,
-                     "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address})
-        (self.folder / "nodes.json").write_text(json.dumps(self.named(), indent=1))
+        name = name or ("head" if kind == "head" else f"node-{len(self.named()) + 1}")
+        info.update({"name": name, "node_id": node_id, "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address})
+        self.write_nodes()
         return info
 
     def named(self) -> list[dict[str, Any]]:
         return [info for _, info in self.nodes if "name" in info]
+
+    def write_nodes(self) -> None:
+        """nodes.json, replaced whole (a reader never sees half of it)."""
+        (self.folder / "nodes.tmp").write_text(json.dumps(self.named(), indent=1))
+        (self.folder / "nodes.tmp").replace(self.folder / "nodes.json")
+
+    def bring_back(self, cpus: int) -> None:
+        """Every lost worker node started again under its name (a new Ray node: a new id, new
+        pids), in its place in nodes.json. A lost head is not: the cluster went with it."""
+        head = self.named()[0]
+        for i, (process, info) in enumerate(list(self.nodes)):
+            if info.get("name", "head") == "head" or process.poll() is None:
+                continue
+            new = self.start_node("worker", cpus, head["gcs_address"], name=info["name"])  # appended, then put in place
+            self.nodes[i] = self.nodes.pop()
+            self.write_nodes()
+            print(f"local_cluster: {info['name']} is back as node {new['node_id']}", file=sys.stderr, flush=True)
 
     def stop(self) -> None:
         """Worker nodes first (their raylets report to the head), then the head; each by its pid."""
@@ -200,9 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.node is not None:
         return run_node(args)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop, wake, back = threading.Event(), threading.Event(), threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        (back if signum == signal.SIGUSR1 else stop).set()  # SIGUSR1: bring lost worker nodes back
+        wake.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(signum, on_signal)
     folder, token = private_folder()
     cluster = Cluster(folder, token)
     try:
@@ -215,7 +239,12 @@ def main(argv: list[str] | None = None) -> int:
               f"LOCAL_CLUSTER_NODES={folder / 'nodes.json'}", flush=True)
         print(f"local_cluster: {args.nodes} nodes up, {args.cpus_per_node} CPUs each; SIGTERM or Ctrl-C stops them",
               file=sys.stderr, flush=True)
-        stop.wait()
+        while not stop.is_set():
+            wake.wait()
+            wake.clear()
+            if back.is_set() and not stop.is_set():
+                back.clear()
+                cluster.bring_back(args.cpus_per_node)
         return 0
     finally:
         cluster.stop()

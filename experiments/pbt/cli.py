@@ -41,6 +41,7 @@ from experiments.run.folders import RunFolder
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
 from game.vector.private_ray import cluster_refusal, ray_refusal, stop_ray
+from game.vector.ray_cluster import head_lost
 
 PROG = "python -m experiments.pbt"
 TWEAK = "python -m experiments.tweak"
@@ -260,8 +261,13 @@ def _run(population: Population, address: str | None) -> int:
                     "was never queued there (its checkpoint holds them; updates.csv shows them)")
             code = 0 if not any(failures.values()) else 1
         except KeyboardInterrupt:
-            say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
-            code = 130
+            if head_lost():  # its generation's record is whole: written with SIGINT blocked
+                say(f"pbt: the Ray cluster at {address} was lost (its head); every member's last checkpoint is kept; "
+                    f"go on with: {PROG} --resume {folder} --ray-address {address}")
+                code = 1
+            else:
+                say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
+                code = 130
         except (RuntimeError, OSError, UnsafeRunFolder) as e:  # a write refused: a link put in the folder meanwhile
             say(error_line(str(e)))
             code = 1

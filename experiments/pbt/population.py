@@ -24,6 +24,7 @@ from configs.terminal import escaped
 from experiments.pbt.state import Population
 from experiments.run.folder_checks import UnsafeRunFolder, open_own_file
 from experiments.sweep import run_trial
+from game.vector.ray_cluster import head_lost
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,15 +85,21 @@ def run_segment(population: Population, target: int, queue: Callable[[int, dict[
                 failures[member] = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             log(f"  member {member}: {'at update ' + str(target) if failures[member] is None else 'failed: ' + str(failures[member])}")
     except KeyboardInterrupt:
-        for ref in running:
-            ray.cancel(ref, force=False)
-        try:
-            ray.wait(list(running), num_returns=len(running))
-        except KeyboardInterrupt:
-            for ref in running:
-                ray.cancel(ref, force=True)
+        if not head_lost():  # a lost head took the members with it: none is left to ask
+            _stop_members(ray, list(running))
         raise
     return failures
+
+
+def _stop_members(ray: Any, running: list[Any]) -> None:
+    """Each running member asked to stop and checkpoint; at a second Ctrl-C, stopped at once."""
+    for ref in running:
+        ray.cancel(ref, force=False)
+    try:
+        ray.wait(running, num_returns=len(running))
+    except KeyboardInterrupt:
+        for ref in running:
+            ray.cancel(ref, force=True)
 
 
 class PrivateDashboard:

@@ -18,18 +18,21 @@ line when it could not join, and Ray's messages about the cluster kept off its s
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import ipaddress
 import os
 import re
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cluster_refusal", "prepare_to_join", "quiet_cluster_messages"]
+__all__ = ["cluster_refusal", "head_lost", "prepare_to_join", "quiet_cluster_messages", "watch_head"]
 
 LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # read once, when `ray` is first imported
 _NODE_DEAD = re.compile(r"node id: ([0-9a-f]+) and address: (\S+?)(?: and|\s|$)")
@@ -140,3 +143,79 @@ def quiet_cluster_messages() -> None:
 
     worker._print_to_stdstream_of_ray = original
     worker.print_to_stdstream = to_stderr
+
+
+_CLIENT_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] ")
+_END = b"\0end of the driver's stderr\0\n"
+
+
+def _client_logs_to_file(path: Path) -> None:
+    """Ray's client in this process (C++) logs to file descriptor 2, in its own format, what a
+    driver that watches its head says itself (a task whose node was lost, a GCS gone). From here on, fd 2 is a pipe: its
+    lines in that format go to `path` (while it can be written), every other line to the real
+    stderr; at exit fd 2 is put back once every line before has been passed on."""
+    sys.stderr.flush()
+    real, (read, write) = os.dup(2), os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+
+    def pump() -> None:
+        with os.fdopen(read, "rb") as lines:
+            for line in lines:
+                if line == _END:
+                    return
+                if _CLIENT_LOG_LINE.match(line):
+                    with contextlib.suppress(OSError), path.open("ab") as log:
+                        log.write(line)
+                else:
+                    os.write(real, line)
+
+    pumping = threading.Thread(target=pump, name="ray-client-log", daemon=True)
+    pumping.start()
+
+    def put_back() -> None:
+        sys.stderr.flush()
+        os.write(2, _END)
+        pumping.join(timeout=10)
+        os.dup2(real, 2)
+
+    atexit.register(put_back)
+
+
+_head_lost = threading.Event()
+
+
+def head_lost() -> bool:
+    """Whether `watch_head` saw this driver's cluster lose its head."""
+    return _head_lost.is_set()
+
+
+def watch_head(address: str, period_s: float = 0.5) -> None:
+    """Once connected to the cluster at `address`: from a daemon thread, the head's GCS port is tried
+    every `period_s`; when it refuses (the head is gone, and the cluster with it), `head_lost()`
+    turns true and this process gets a SIGINT, so its driver stops its work as a Ctrl-C does and
+    says in one line how to go on. Left alone, Ray's client would wait a minute for the GCS, then
+    end the process with its own account. A slow answer is a busy head, not a lost one."""
+    from ray._private import worker
+
+    target = _target(address)
+    if target is None:
+        return
+    # What Ray's client says of the loss (its GCS gone, tasks it cannot report) goes to its log folder.
+    _client_logs_to_file(Path(worker.global_worker.node.get_logs_dir_path()) / f"driver-{os.getpid()}-client.log")
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def watch() -> None:
+        while not _head_lost.wait(period_s):
+            try:
+                socket.create_connection(target, timeout=10).close()
+            except ConnectionRefusedError:
+                _head_lost.set()
+                # To the main thread itself: where it blocks SIGINT while it writes a record whole,
+                # the stop waits until that is done.
+                signal.pthread_kill(main, signal.SIGINT)
+            except OSError:
+                continue
+
+    threading.Thread(target=watch, name="ray-head-watch", daemon=True).start()

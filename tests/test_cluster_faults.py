@@ -1,0 +1,254 @@
+"""Nodes lost under a sweep and a population on the shared real 3-node cluster (tests/cluster_support.py),
+each at a known point: every trial or member is held in its Ray worker after its run's first
+checkpoint (HELD_DRIVER) until the test has killed a node. Each test brings back the nodes an
+earlier test lost first (tools/local_cluster.py's SIGUSR1), and checks that what it started left nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import process_table
+from tests.cluster_support import TINY, LocalCluster, environ_of, started_cluster, wait_dead
+from tests.conftest import MARK, REPO, Cli
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
+
+# `python -c HELD_DRIVER MODULE ARGS…`: MODULE's main(ARGS), its trials (a sweep's) or members' segments
+# (a population's) held in their Ray worker after the first checkpoint of their run's first attempt:
+# HOLD_DIR/<run uuid> appears (its text: the node's id), and the run waits for HOLD_DIR/<run uuid>.go.
+# Each attempt that returns appends "<node id> <resumed>" to HOLD_DIR/<run uuid>.attempts. The
+# wrappers are defined here, in __main__, so Ray sends them to the workers by value.
+HELD_DRIVER = """
+import importlib, os, sys
+from pathlib import Path
+HOLD_DIR = Path(os.environ["HOLD_DIR"])
+def held(call):
+    def held_call(overrides, run_uuid, label=None):
+        import time
+        import ray
+        from experiments.run import lifecycle
+        hold, original, node = HOLD_DIR / run_uuid, lifecycle.TrainingRun._summary, ray.get_runtime_context().get_node_id()
+        def summary_then_hold(self, trainer, leg, status=None):
+            written = original(self, trainer, leg, status)
+            if status == "running" and trainer.update >= 1 and not hold.exists():  # its start writes one too
+                hold.with_suffix(".tmp").write_text(node)
+                hold.with_suffix(".tmp").rename(hold)
+                while not hold.with_suffix(".go").exists():
+                    time.sleep(0.01)
+            return written
+        lifecycle.TrainingRun._summary = summary_then_hold
+        result = call(overrides, run_uuid, label)
+        with hold.with_suffix(".attempts").open("a") as f:
+            f.write(f"{node} {result['resumed']}\\n")
+        return result
+    return held_call
+import experiments.pbt.population as population
+import experiments.sweep as sweep
+sweep.run_trial = held(sweep.run_trial)
+population.run_member = held(population.run_member)
+sys.exit(importlib.import_module(sys.argv[1]).main(sys.argv[2:]))
+"""
+
+
+def start_held_driver(cluster: LocalCluster, cli: Cli, hold_dir: Path, module: str, *args: str) -> subprocess.Popen[str]:
+    hold_dir.mkdir()
+    return subprocess.Popen([sys.executable, "-c", HELD_DRIVER, module, *args], cwd=REPO, text=True,
+                            env=dict(cluster.driver_env(cli), HOLD_DIR=str(hold_dir)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def held_runs(hold_dir: Path, count: int, driver: subprocess.Popen[str], timeout_s: float = 600) -> dict[str, str]:
+    """{run uuid: node id} once `count` runs hold; fails at once if the driver ends first."""
+    deadline = time.monotonic() + timeout_s
+    while len(held := [p for p in hold_dir.iterdir() if not p.suffix]) < count:
+        if driver.poll() is not None:
+            raise AssertionError(f"the driver ended (exit {driver.returncode}) first:\n{driver.communicate()[1][-3000:]}")
+        assert time.monotonic() < deadline, f"{len(held)} of {count} runs held after {timeout_s} s"
+        time.sleep(0.05)
+    return {p.name: p.read_text() for p in held}
+
+
+def lose_node(cluster: LocalCluster, node: dict) -> None:
+    """Its raylet killed; its node's supervisor ends with what was left of it, leaving no orphan."""
+    os.kill(node["raylet_pid"], signal.SIGKILL)
+    assert wait_dead(node["process_pid"])
+    orphans = [pid for pid in process_table.marked(MARK, cluster.marker) if environ_of(pid).get("RAY_RAYLET_PID") == str(node["raylet_pid"])]
+    assert orphans == []
+
+
+def lost_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "was lost" in line]
+
+
+def our_line(node: dict) -> str:
+    return (f"ray: node {node['node_id'][:12]} (127.0.0.1) was lost; what ran there is replaced on the other nodes "
+            "(Ray's account is in that node's Ray logs)")
+
+
+def test_a_worker_node_lost_mid_sweep_reruns_its_trial_from_its_checkpoint_elsewhere_and_keeps_the_finished_one(
+        local_cluster: LocalCluster, tmp_path: Path) -> None:
+    """2 trials of 1 CPU on 3 nodes of 1 CPU, both held after update 1. One trial finishes; then the
+    worker node of the other is lost: Ray runs it again on a free node, where it resumes from its
+    update-1 checkpoint. The CSV keeps the finished trial and names the new node of the re-run one."""
+    nodes = local_cluster.bring_back()
+    cli, hold, data = Cli(), tmp_path / "hold", tmp_path / "runs"
+    driver = start_held_driver(local_cluster, cli, hold, "experiments.sweep", "--ray-address", local_cluster.address,
+                               "--grid", "learning_rate=1e-4,2e-4", "--workers-per-trial", "1", "--cpus-per-trial", "1",
+                               "--checkpoint-every", "1", "--data-dir", str(data), *TINY)
+    try:
+        where = held_runs(hold, 2, driver)
+        # 2 trials on 2 of the 3 nodes: at least one on a worker node, whose loss is the test
+        victim_run = next(run for run, node in where.items() if node != nodes[0]["node_id"])
+        victim = next(n for n in nodes if n["node_id"] == where[victim_run])
+        [kept_run] = set(where) - {victim_run}
+        (hold / f"{kept_run}.go").touch()
+        kept_summary = data / "breakout" / kept_run / "summary.json"
+        while json.loads(kept_summary.read_text()).get("status") != "completed":
+            assert driver.poll() is None, driver.communicate()[1][-3000:]
+            time.sleep(0.05)
+        lose_node(local_cluster, victim)
+        out, err = driver.communicate(timeout=600)
+    finally:
+        driver.kill()  # a no-op once it has ended; the leftovers check below says what it left
+    assert driver.returncode == 0, err[-3000:]
+    with Path(out.splitlines()[-1]).open() as f:
+        rows = {r["run_uuid"]: r for r in csv.DictReader(f)}
+    assert {run: r["status"] for run, r in rows.items()} == {kept_run: "completed", victim_run: "completed"}
+    assert rows[kept_run]["node_id"] == where[kept_run]  # the finished trial's result, as it was
+    [attempt] = (hold / f"{victim_run}.attempts").read_text().splitlines()  # its first never returned
+    new_node, resumed = attempt.split()
+    assert resumed == "True" and new_node != victim["node_id"] and new_node in {n["node_id"] for n in nodes}
+    assert rows[victim_run]["node_id"] == new_node  # the CSV names where it ran again
+    with (data / "breakout" / victim_run / "updates.csv").open() as f:
+        assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2]  # update 1 kept, update 2 done once, elsewhere
+    assert rows[victim_run]["env_steps"] == "16"
+    assert lost_lines(err) == [our_line(victim)], err[-3000:]
+    assert "state-dump" not in out + err and "Raylet is terminated" not in out + err, err[-3000:]
+    assert cli.leftovers() == []
+
+
+def test_a_worker_node_lost_mid_population_reruns_its_member_from_its_checkpoint_and_the_lineage_is_unbroken(
+        local_cluster: LocalCluster, tmp_path: Path) -> None:
+    """2 members, an exploit after update 1 of 2, both held after update 1 of their first segment;
+    the worker node of one is lost: its segment runs again elsewhere from its checkpoint, and the
+    population goes on to its one exploit and its end."""
+    from experiments.pbt.population import PrivateDashboard  # the members' live channel, as a population starts its own
+
+    nodes = local_cluster.bring_back()
+    cli, hold, runs = Cli(), tmp_path / "hold", tmp_path / "runs"
+    (tmp_path / "dashboard").mkdir()
+    with PrivateDashboard(tmp_path / "dashboard", runs) as dashboard:
+        driver = start_held_driver(local_cluster, cli, hold, "experiments.pbt", "--ray-address", local_cluster.address,
+                                   "--dashboard", dashboard.url, "--population", "2", "--interval", "1", "--n-workers", "1",
+                                   "--cpus-per-member", "1", "--checkpoint-every", "1", "--data-dir", str(runs), *TINY)
+        try:
+            where = held_runs(hold, 2, driver)
+            victim_run = next(run for run, node in where.items() if node != nodes[0]["node_id"])
+            victim = next(n for n in nodes if n["node_id"] == where[victim_run])
+            lose_node(local_cluster, victim)
+            for run in where:
+                (hold / f"{run}.go").touch()
+            out, err = driver.communicate(timeout=600)
+        finally:
+            driver.kill()
+    assert driver.returncode == 0, err[-3000:]
+    [lineage] = out.splitlines()
+    state = json.loads((Path(lineage).parent / "population.json").read_text())
+    member = [m["run_uuid"] for m in state["members"]].index(victim_run)
+    attempts = (hold / f"{victim_run}.attempts").read_text().splitlines()
+    assert len(attempts) == 2, attempts  # segment 1 again (its first attempt never returned), then segment 2
+    new_node, resumed = attempts[0].split()
+    assert resumed == "True" and new_node != victim["node_id"], attempts
+    with Path(lineage).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["update"] for r in rows] == ["1"] and {r["member"] for r in rows} <= {"0", "1"}, rows  # one exploit, once
+    row = rows[0]
+    assert (row["node_id"] if row["member"] == str(member) else row["donor_node_id"]) == new_node, row
+    for run in where:
+        with (runs / "breakout" / run / "updates.csv").open() as f:
+            assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2], run  # none lost, none twice
+    assert lost_lines(err) == [our_line(victim)], err[-3000:]
+    assert cli.leftovers() == []
+
+
+def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_to_go_on_and_nothing_half_written(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """A cluster of its own (a head alone, 3 CPUs: the shared one cannot lose its head), with a sweep
+    (1 trial) and a population (2 members) held after update 1 on it; its head is lost. Each driver
+    ends at once, exit 1, with one line of its own, its records whole."""
+    from experiments.pbt.population import PrivateDashboard
+
+    cluster_gen = started_cluster(tmp_path_factory, nodes=1, cpus=3)
+    cluster = next(cluster_gen)
+    cli, runs = Cli(), tmp_path / "runs"
+    address = cluster.address
+    (tmp_path / "dashboard").mkdir()
+    try:
+        with PrivateDashboard(tmp_path / "dashboard", runs) as dashboard:
+            sweep_args = ("--ray-address", address, "--grid", "learning_rate=1e-4", "--cpus-per-trial", "1", "--workers-per-trial", "1",
+                          "--checkpoint-every", "1", "--data-dir", str(runs), "--csv", str(tmp_path / "sweep.csv"), *TINY)
+            sweep = start_held_driver(cluster, cli, tmp_path / "hold-sweep", "experiments.sweep", *sweep_args)
+            pbt = start_held_driver(cluster, cli, tmp_path / "hold-pbt", "experiments.pbt", "--ray-address", address,
+                                    "--dashboard", dashboard.url, "--population", "2", "--interval", "1", "--n-workers", "1",
+                                    "--cpus-per-member", "1", "--checkpoint-every", "1", "--data-dir", str(runs), *TINY)
+            drivers = (sweep, pbt)
+            try:
+                [trial] = held_runs(tmp_path / "hold-sweep", 1, sweep)
+                members = held_runs(tmp_path / "hold-pbt", 2, pbt)
+                os.kill(cluster.nodes()[0]["raylet_pid"], signal.SIGKILL)
+                (sweep_out, sweep_err), (pbt_out, pbt_err) = (d.communicate(timeout=300) for d in drivers)
+            finally:
+                for driver in drivers:
+                    driver.kill()
+    finally:
+        next(cluster_gen, None)  # the tool stops what is left of the cluster, and must leave nothing
+    assert (sweep.returncode, pbt.returncode) == (1, 1), sweep_err[-3000:] + pbt_err[-3000:]
+    go_on = " ".join(["python -m experiments.sweep", *sweep_args[:-len(TINY) - 2], *TINY, "--resume", str(tmp_path / "sweep.csv")])
+    assert [line for line in sweep_err.splitlines() if "was lost" in line] == [
+        f"sweep: the Ray cluster at {address} was lost (its head); 0 of 1 trials completed and are kept; go on with: {go_on}"]
+    folder = Path(pbt_out.strip())
+    assert folder.name == "lineage.csv"
+    assert [line for line in pbt_err.splitlines() if "was lost" in line] == [
+        f"pbt: the Ray cluster at {address} was lost (its head); every member's last checkpoint is kept; go on with: "
+        f"python -m experiments.pbt --resume {folder.parent} --ray-address {address}"]
+    for err in (sweep_err, pbt_err):  # Ray's own account stays in its logs
+        assert "Traceback" not in err and not [line for line in err.splitlines() if line.startswith("[20")], err[-3000:]
+    assert sweep_out.splitlines()[-1] == str(tmp_path / "sweep.csv")
+    with (tmp_path / "sweep.csv").open(newline="") as f:
+        [row] = list(csv.DictReader(f))
+    assert (row["status"], row["run_uuid"], row["learning_rate"]) == ("lost", trial, "0.0001")
+    assert folder.read_text() == ",".join(("update", "member", "copied_from", "changes", "node_id", "donor_node_id")) + "\n"
+    state = json.loads((folder.parent / "population.json").read_text())
+    assert state["generation"] == 0 and [m["run_uuid"] for m in state["members"]] == sorted(members, key=[m["run_uuid"] for m in state["members"]].index)
+    for run in [trial, *members]:  # each run as its last checkpoint left it: update 1, whole
+        summary = json.loads((runs / "breakout" / run / "summary.json").read_text())
+        assert (summary["status"], summary["updates"]) == ("running", 1), summary
+        assert (runs / "breakout" / run / "updates.csv").read_text().endswith("\n")
+    assert cli.leftovers() == []
+
+
+def test_a_sweep_resumed_from_a_csv_of_other_trials_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing is run when the CSV is not this sweep's: another grid value, or another count."""
+    from experiments.sweep import main as sweep_main
+    from tests.conftest import refused_in_process
+
+    results = tmp_path / "sweep.csv"
+    results.write_text("rank,trial,status,learning_rate,run_uuid\n1,1,completed,0.0003," + "a" * 32 + "\n"
+                       "2,2,lost,0.0001," + "b" * 32 + "\n")
+    argv = ["--data-dir", str(tmp_path / "runs"), "--resume", str(results), *TINY]
+    assert refused_in_process(capsys, ["--grid", "learning_rate=1e-4,2e-4", *argv], sweep_main) == (
+        f"error: --resume {results}: trial 1 has learning_rate=0.0003 there, 0.0001 here: give the options the sweep was started with")
+    assert refused_in_process(capsys, ["--grid", "learning_rate=1e-4", *argv], sweep_main) == (
+        f"error: --resume {results}: expected the results of this sweep's 1 trials (it holds 2 rows): give the options the sweep "
+        "was started with")
+    assert not (tmp_path / "runs").exists()
