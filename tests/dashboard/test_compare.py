@@ -229,7 +229,10 @@ def test_the_charts_answer_a_cursor_smoothing_a_zoom_the_time_axis_and_export(
         assert [(r["run_uuid"], int(r["step"]), float(r["value"]), float(r["training_seconds"])) for r in rows] == [
             (uuid, step, value, seconds) for uuid in (a, b)
             for step, value, seconds in zip(entropy[uuid]["steps"], entropy[uuid]["values"], entropy[uuid]["seconds"], strict=True)]
-        png = browser.evaluate("document.querySelector('.compare-chart[data-metric=\"entropy\"] a.export-png').href")
+        link = "document.querySelector('.compare-chart[data-metric=\"entropy\"] a.export-png')"
+        # The PNG is drawn from the chart's SVG through an image that loads on its own time: wait for it.
+        assert browser.wait_until(f"{link}.href.startsWith('data:image/png')", PAGE_LIMIT_S)
+        png = browser.evaluate(f"{link}.href")
         width = browser.evaluate("document.querySelector('.compare-chart[data-metric=\"entropy\"] svg').getAttribute('width')")
         image = base64.b64decode(png.split(",", 1)[1])
         assert png.startswith("data:image/png;base64,") and image[:8] == b"\x89PNG\r\n\x1a\n"
