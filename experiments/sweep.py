@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import logging
 import math
 import os
@@ -37,6 +38,7 @@ from typing import Any
 
 from configs.cli import OneLineParser, build_parser, float_in, int_in, overrides_from_args, spell_game
 from configs.fields import MAX_SEED, MAX_WORKERS
+from configs.files import atomic_write
 from configs.launch import config_from_overrides
 from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
@@ -182,14 +184,12 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
 def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
     columns = ["rank", "trial", SCORE, "games", "updates", "env_steps", "sps", "status", *names, "run_uuid", "host",
                "node_id", "run_dir", "error"]  # node_id: Ray's, as nodes of one machine share its host name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")  # replaced whole: a sweep stopped mid-write leaves the last one
-    with partial.open("w", newline="") as f:
-        writer = csv.DictWriter(f, columns, extrasaction="ignore")
-        writer.writeheader()
-        for rank, r in enumerate(rows, 1):
-            writer.writerow({**r, "rank": rank, SCORE: r.get("score")})
-    partial.replace(path)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, columns, extrasaction="ignore")
+    writer.writeheader()
+    for rank, r in enumerate(rows, 1):
+        writer.writerow({**r, "rank": rank, SCORE: r.get("score")})
+    atomic_write(path, text.getvalue().encode(), private=False)  # a sweep stopped mid-write leaves the last one whole
 
 
 def print_comparison(dashboard: str | None, rows: list[dict[str, Any]]) -> None:
