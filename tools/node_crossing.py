@@ -11,7 +11,8 @@ one after another, each through the project's own pool (game/vector/pool.py):
 * `ray_one_node`: as many actors, all pinned to that one node;
 * `pipes`: worker processes on this machine, over pipes and shared memory (`PipePool`).
 
-Each is measured for `--duration` seconds after a warm-up: `env_sps`, env steps per second of real
+The actors of both Ray layouts start together, in one pool, and each layout is measured while
+the other's actors wait idle. Each is measured for `--duration` seconds after a warm-up: `env_sps`, env steps per second of real
 Breakout steps; `step_us`, the time of one step of every game (the barrier a training step
 waits on); `roundtrip_us`, one request to one worker that does no game work and its answer, one
 worker at a time; `roundtrip_all_us`, the same to every worker at once. Actors are placed with
@@ -44,8 +45,11 @@ PROG = "python tools/node_crossing.py"
 LAYOUTS = ("ray_spread", "ray_one_node", "pipes")
 
 
+_STARTED = time.monotonic()
+
+
 def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(f"[{time.monotonic() - _STARTED:5.1f} s] {line}", file=sys.stderr, flush=True)
 
 
 def parse(argv: Sequence[str] | None) -> Any:
@@ -119,34 +123,38 @@ def cluster_nodes(ray: Any) -> list[dict[str, Any]]:
 
 # ---- the measures ------------------------------------------------------------------------------
 
-def measure(pool: Any, duration: float) -> dict[str, Any]:
-    """Stepping (random actions) and round trips of `pool`; its workers' nodes where it has some."""
+def measure(pool: Any, workers: range, duration: float) -> dict[str, Any]:
+    """Stepping (random actions) and round trips of `pool`'s `workers`, the others idle; their
+    nodes where they have some."""
     import numpy as np
 
     from experiments.timing import timed_rate, warmup_seconds
 
     warmup = warmup_seconds(duration)
     pool.reset()
-    actions = np.random.default_rng(0).integers(0, pool.n_actions, (256, pool.n_envs), dtype=np.int32)
+    n_envs = len(workers) * pool.envs_per_worker
+    actions = np.random.default_rng(0).integers(0, pool.n_actions, (256, n_envs), dtype=np.int32)
     steps = [0]
 
     def step() -> None:
-        pool.step(actions[steps[0] % len(actions)])
+        pool.step_async(actions[steps[0] % len(actions)], workers)
+        pool.step_wait(workers)
         steps[0] += 1
 
-    sps = timed_rate(step, pool.n_envs, duration, warmup)["rate"]
+    sps = timed_rate(step, n_envs, duration, warmup)["rate"]
     turn = [0]
 
     def one() -> None:  # one worker at a time, each in turn: every node's round trip counts
-        pool.ping([turn[0] % pool.n_workers])
+        pool.ping([workers[turn[0] % len(workers)]])
         turn[0] += 1
 
     one_rate = timed_rate(one, 1, min(duration, 1.0), min(warmup, 0.2))["rate"]
-    all_rate = timed_rate(pool.ping, 1, min(duration, 1.0), min(warmup, 0.2))["rate"]
-    nodes = [info.get("node_id") for info in pool.worker_info()]
-    return {"env_sps": sps, "step_us": 1e6 * pool.n_envs / sps, "roundtrip_us": 1e6 / one_rate,
+    all_rate = timed_rate(lambda: pool.ping(workers), 1, min(duration, 1.0), min(warmup, 0.2))["rate"]
+    nodes = [pool.worker_info()[w].get("node_id") for w in workers]
+    return {"env_sps": sps, "step_us": 1e6 * n_envs / sps, "roundtrip_us": 1e6 / one_rate,
             "roundtrip_all_us": 1e6 / all_rate, "actor_nodes": nodes if None not in nodes else [],
-            "nodes_used": len(set(nodes)) if None not in nodes else 1, "worker_pids": pool.worker_pids()}
+            "nodes_used": len(set(nodes)) if None not in nodes else 1,
+            "worker_pids": [pool.worker_pids()[w] for w in workers]}
 
 
 def run(args: Any, address: str, started_here: bool) -> dict[str, Any]:
@@ -156,8 +164,7 @@ def run(args: Any, address: str, started_here: bool) -> dict[str, Any]:
     from game.vector.private_ray import join_ray_cluster, stop_ray
     from game.vector.ray_actors import RayPool
 
-    specs = game_specs(PPOConfig(), range(args.actors * args.envs_per_actor))
-    k = args.envs_per_actor
+    n, k = args.actors, args.envs_per_actor
     say(f"joining the cluster at {address} …")
     ray = join_ray_cluster(address, runtime_env={"py_modules": [str(REPO / "game")]}, log_to_driver=False,
                            logging_level=logging.WARNING, configure_logging=True)
@@ -166,26 +173,29 @@ def run(args: Any, address: str, started_here: bool) -> dict[str, Any]:
         if len(nodes) < 2:
             fail(f"--ray-address {address}: expected a cluster of 2 nodes or more with CPUs, to spread actors over "
                  f"(it has {len(nodes)})")
-        one = nodes[0]["node_id"]
-        spread = [n["node_id"] for n in nodes]
-        per_node = -(-args.actors // min(args.actors, len(nodes)))  # most actors on one node when spread
-        # The same reservation in both layouts, small enough for every actor to fit on one node:
-        # where an actor runs is its pin's doing, and an actor runs one thread whatever it reserves.
-        cpus = min(1.0, nodes[0]["cpus"] / args.actors, min(n["cpus"] for n in nodes) / per_node)
+        # One pool of 2n actors, started together: workers 0..n-1 pinned round-robin to every node
+        # (the one joined through first), workers n..2n-1 all pinned to that first node. Each
+        # layout is measured while the other's actors wait idle for their next call.
+        placement = [nodes[w % len(nodes)]["node_id"] for w in range(n)] + [nodes[0]["node_id"]] * n
+        cpus_of = {node["node_id"]: node["cpus"] for node in nodes}
+        # The same reservation for every actor, small enough for them all to fit where they are
+        # pinned: where an actor runs is its pin's doing, and it runs one thread whatever it reserves.
+        cpus = min(1.0, *(cpus_of[node] / placement.count(node) for node in set(placement)))
+        say(f"{2 * n} actors × {k} games, {cpus:.3g} CPU each: {n} over {len(set(placement[:n]))} nodes, {n} on one node …")
         result: dict[str, Any] = {}
-        for layout, placement in (("ray_spread", spread), ("ray_one_node", [one])):
-            say(f"{layout}: {args.actors} actors × {k} games, {cpus:g} CPU each, on {len(set(placement[:args.actors]))} node(s) …")
-            with RayPool(specs, k, timeout_s=120.0, cpus_per_worker=cpus, nodes=placement) as pool:
-                result[layout] = measure(pool, args.duration)
-        say(f"pipes: {args.actors} worker processes × {k} games on this machine …")
-        with PipePool(specs, k, timeout_s=120.0) as pipes:
-            result["pipes"] = measure(pipes, args.duration)
+        with RayPool(game_specs(PPOConfig(), range(2 * n * k)), k, timeout_s=120.0, cpus_per_worker=cpus, nodes=placement) as pool:
+            for layout, workers in (("ray_spread", range(n)), ("ray_one_node", range(n, 2 * n))):
+                say(f"{layout} …")
+                result[layout] = measure(pool, workers, args.duration)
+        say(f"pipes: {n} worker processes × {k} games on this machine …")
+        with PipePool(game_specs(PPOConfig(), range(n * k)), k, timeout_s=120.0) as pipes:
+            result["pipes"] = measure(pipes, range(n), args.duration)
     finally:
         stop_ray()  # leaves the cluster (its nodes stay up)
     pipes_us = result["pipes"]["step_us"]
     return {
         **result,
-        "actors": args.actors, "envs_per_actor": k, "cpus_per_actor": cpus, "duration_s": args.duration,
+        "actors": n, "envs_per_actor": k, "cpus_per_actor": cpus, "duration_s": args.duration,
         "crossing_us_per_step": result["ray_spread"]["step_us"] - result["ray_one_node"]["step_us"],
         "ray_one_node_us_per_step_over_pipes": result["ray_one_node"]["step_us"] - pipes_us,
         "ray_spread_us_per_step_over_pipes": result["ray_spread"]["step_us"] - pipes_us,
