@@ -1,6 +1,6 @@
 """The cluster path on a real Ray cluster of 3 nodes on this machine (tests/cluster_support.py's
 shared `local_cluster`), as docs/ray.md tells a user to drive it. The test that loses a node runs
-last, and every test checks what it started left nothing.
+after those that need every node, and every test checks what it started left nothing.
 """
 
 from __future__ import annotations
