@@ -17,6 +17,7 @@ import psutil
 import torch
 
 from configs.ppo import PPOConfig, live_ranges
+from experiments.timing import timed_rate, warmup_seconds
 from game.atari import gym_id
 from game.vector import EnvPool, game_specs, make_pool
 from ppo.memory import keep_freed_memory
@@ -26,33 +27,6 @@ from ppo.schedule import annealed
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 from ppo.update import Forward, minibatch_step
-
-# ---- timing ------------------------------------------------------------------------------------
-
-def timed_rate(fn: Callable[[], Any], units_per_call: float, duration: float, warmup_s: float,
-               min_calls: int = 1, sync: Callable[[], None] = lambda: None) -> dict[str, float]:
-    """Call `fn` for `warmup_s` (at least once), then for `duration` seconds (at least
-    `min_calls` times) timed with `perf_counter`; returns units/s over the timed calls."""
-    start = time.perf_counter()
-    while True:
-        fn()
-        sync()
-        if time.perf_counter() - start >= warmup_s:
-            break
-    calls = 0
-    start = time.perf_counter()
-    while True:
-        fn()
-        sync()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= duration and calls >= min_calls:
-            break
-    return {"rate": calls * units_per_call / elapsed, "calls": calls, "seconds": elapsed}
-
-
-def warmup_seconds(duration: float) -> float:
-    return min(2.0, 0.25 * duration)
 
 
 def _sync(device: torch.device) -> Callable[[], None]:

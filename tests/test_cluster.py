@@ -1,6 +1,6 @@
 """The cluster path on a real Ray cluster of 3 nodes on this machine (tests/cluster_support.py's
 shared `local_cluster`), as docs/ray.md tells a user to drive it. The test that loses a node runs
-last, and every test checks what it started left nothing.
+after those that need every node, and every test checks what it started left nothing.
 """
 
 from __future__ import annotations
@@ -138,4 +138,43 @@ def test_a_runs_actors_spread_over_nodes_and_one_lost_with_its_node_is_replaced_
         "(Ray's account is in that node's Ray logs)"], err[-3000:]
     with (summary_path.parent / "updates.csv").open() as f:
         assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2]
+    assert cli.leftovers() == []
+
+
+def test_node_crossing_measures_actors_spread_over_nodes_on_one_node_and_pipes_in_one_run(
+        local_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """tools/node_crossing.py joins the cluster as docs/ray.md says and measures its three layouts at
+    a tiny duration (numbers are the command's to report, not this test's): on whichever nodes are
+    up (the test that loses one may have run before), spread uses 2, one node 1, pipes none."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    tool = REPO / "tools" / "node_crossing.py"
+    spec = importlib.util.spec_from_file_location("node_crossing", tool)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for argv, line in ((["--actors", "1"], "error: --actors 1: expected an integer from 2 to 64"),
+                       (["--ray-address", "head"], "error: --ray-address head: expected auto or HOST:PORT, a Ray cluster's GCS address")):
+        with pytest.raises(SystemExit) as exited:
+            module.main(argv)
+        assert (exited.value.code, capsys.readouterr()) == (2, ("", line + "\n"))
+    cli = Cli()
+    result = subprocess.run([sys.executable, str(tool), "--ray-address", local_cluster.address, "--actors", "2",
+                             "--envs-per-actor", "1", "--duration", "0.05"], cwd=REPO, env=local_cluster.driver_env(cli),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [line] = result.stdout.splitlines()
+    measured = json.loads(line)
+    up = {n["node_id"] for n in local_cluster.nodes() if process_table.is_alive(n["raylet_pid"])}
+    spread, one, pipes = measured["ray_spread"], measured["ray_one_node"], measured["pipes"]
+    assert spread["nodes_used"] == len(set(spread["actor_nodes"])) == 2 and set(spread["actor_nodes"]) <= up, spread
+    assert one["nodes_used"] == 1 and one["actor_nodes"] == [spread["actor_nodes"][0]] * 2, one  # the node it joined through
+    assert (pipes["nodes_used"], pipes["actor_nodes"], measured["cluster"]["started_here"]) == (1, [], False)
+    for layout in (spread, one, pipes):
+        assert all(layout[key] > 0 for key in ("env_sps", "step_us", "roundtrip_us", "roundtrip_all_us")), layout
+        assert len(layout["worker_pids"]) == 2 and all(wait_dead(pid) for pid in layout["worker_pids"])
     assert cli.leftovers() == []

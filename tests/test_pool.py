@@ -62,7 +62,10 @@ def test_pool_matches_local_games_step_for_step(make: PoolFactory) -> None:
     with make(specs(4), envs_per_worker=2) as pool:
         assert pool.n_workers == 2 and pool.n_envs == 4 and pool.n_actions == 4
         np.testing.assert_array_equal(pool.observations, np.stack([g.observation for g in local]))
-        for step_actions in actions:
+        for t, step_actions in enumerate(actions):
+            if t == 75:  # a ping (the round trip measured by tools/node_crossing.py) steps no game
+                pool.ping()
+                pool.ping([1])
             batch = pool.step(step_actions)
             results = [g.step(int(a)) for g, a in zip(local, step_actions, strict=True)]
             np.testing.assert_array_equal(pool.observations, np.stack([g.observation for g in local]))

@@ -63,6 +63,8 @@ class GameGroup:
             return None
         if command is Command.INFO:
             return self.info()
+        if command is Command.PING:
+            return None
         raise ValueError(f"unknown command {command!r}")
 
     def step(self) -> StepEvents | None:

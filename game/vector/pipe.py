@@ -238,7 +238,7 @@ def _serve(conn: Connection, group: GameGroup) -> None:
         except Exception as e:
             conn.send(Reply(error=_remote_error(e)))
             continue
-        if command is Command.STEP and value is None:
+        if command in (Command.STEP, Command.PING) and value is None:
             conn.send_bytes(NOTHING_TO_REPORT)  # the common case: no pickle at all
         else:
             conn.send(Reply(value=value))

@@ -132,6 +132,16 @@ class EnvPool(ABC):
     def worker_info(self) -> list[dict[str, Any]]:
         return self._request_all(Command.INFO)
 
+    def ping(self, workers: Sequence[int] | None = None) -> None:
+        """One request that does no game work to each of `workers` (every worker by default) at
+        once, and their answers: what the transport itself costs a step, with nothing stepped."""
+        self._check_open()
+        self.drain()
+        workers = range(self.n_workers) if workers is None else workers
+        for w in workers:
+            self._request(w, Command.PING)
+        self._replies(list(workers), self.timeout_s)
+
     def reset(self) -> np.ndarray:
         """Start a new game in every env; returns `observations`."""
         self._request_all(Command.RESET)

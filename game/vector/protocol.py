@@ -19,6 +19,7 @@ class Command(enum.Enum):
     GET_STATE = "get_state"  # emulator states, for an exact resume
     SET_STATE = "set_state"  # payload: the states GET_STATE returned
     INFO = "info"  # pid, action meanings, and whether torch was imported (it must not be)
+    PING = "ping"  # answer at once, doing nothing: a transport's round trip alone (tools/node_crossing.py)
     CLOSE = "close"  # reply, then exit
 
 

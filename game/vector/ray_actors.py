@@ -71,14 +71,18 @@ class RayPool(EnvPool):
       instance declares at least `n_workers × cpus_per_worker` CPUs, so all actors start even on a
       2-core machine, sharing the cores as the local pool's processes do; on a real cluster the
       reservations are real and Ray spreads the actors over nodes with free CPUs.
+    * `nodes`: Ray node ids to pin the actors to, actor w on `nodes[w % len(nodes)]` (Ray's hard
+      node affinity), to measure what one placement costs (tools/node_crossing.py); a replacement
+      goes to the same node. Empty: wherever Ray finds the CPUs.
     """
 
     def __init__(self, specs: Sequence[GameSpec], envs_per_worker: int = 1, timeout_s: float = 60.0,
                  start_timeout_s: float = 120.0, restarts: RestartPolicy | None = None,
-                 address: str | None = None, cpus_per_worker: float = 1.0) -> None:
+                 address: str | None = None, cpus_per_worker: float = 1.0, nodes: Sequence[str] = ()) -> None:
         if not cpus_per_worker > 0:
             raise ValueError(f"cpus_per_worker must be > 0, got {cpus_per_worker}")
         self.cpus_per_worker = cpus_per_worker
+        self.placement = list(nodes)
         self._owns_ray = False
         self._actors: dict[int, Any] = {}
         self._pending: dict[int, Any] = {}  # worker -> ObjectRef of its call in flight
@@ -127,8 +131,12 @@ class RayPool(EnvPool):
         envs = self.envs_of(worker)
         # No Ray-side restarts or retries: a dead actor is the pool's to replace (new seeds, rollout
         # redone), exactly like a dead worker process.
-        self._actors[worker] = self._remote.options(num_cpus=self.cpus_per_worker, max_restarts=0, max_task_retries=0).remote(
-            self.specs[envs], envs.start)
+        options: dict[str, Any] = {"num_cpus": self.cpus_per_worker, "max_restarts": 0, "max_task_retries": 0}
+        if self.placement:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.placement[worker % len(self.placement)], soft=False)
+        self._actors[worker] = self._remote.options(**options).remote(self.specs[envs], envs.start)
         self._pending[worker] = self._actors[worker].handle.remote(Command.INFO)
 
     def _send(self, worker: int, command: Command, payload: Any = None) -> None:
