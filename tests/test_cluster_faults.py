@@ -27,7 +27,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
 # (a population's) held in their Ray worker after the first checkpoint of their run's first attempt:
 # HOLD_DIR/<run uuid> appears (its text: the node's id), and the run waits for HOLD_DIR/<run uuid>.go.
 # Each attempt that returns appends "<node id> <resumed>" to HOLD_DIR/<run uuid>.attempts. The
-# wrappers are defined here, in __main__, so Ray sends them to the workers by value.
+# wrappers are defined here, in __main__, so Ray sends them to the workers by value. A training run
+# (MODULE experiments.breakout, its trainer in this process) holds likewise, until it has seen its
+# cluster's head lost.
 HELD_DRIVER = """
 import importlib, os, sys
 from pathlib import Path
@@ -56,6 +58,19 @@ import experiments.pbt.population as population
 import experiments.sweep as sweep
 sweep.run_trial = held(sweep.run_trial)
 population.run_member = held(population.run_member)
+if sys.argv[1] == "experiments.breakout":
+    import time
+    from experiments.run import lifecycle
+    from game.vector.ray_cluster import head_lost
+    original_summary = lifecycle.TrainingRun._summary
+    def summary_then_wait(self, trainer, leg, status=None):
+        written = original_summary(self, trainer, leg, status)
+        if status == "running" and trainer.update >= 1 and not (HOLD_DIR / self.run_uuid).exists():
+            (HOLD_DIR / self.run_uuid).write_text("")
+            while not head_lost():
+                time.sleep(0.01)
+        return written
+    lifecycle.TrainingRun._summary = summary_then_wait
 sys.exit(importlib.import_module(sys.argv[1]).main(sys.argv[2:]))
 """
 
@@ -182,12 +197,13 @@ def test_a_worker_node_lost_mid_population_reruns_its_member_from_its_checkpoint
 
 def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_to_go_on_and_nothing_half_written(
         tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
-    """A cluster of its own (a head alone, 3 CPUs: the shared one cannot lose its head), with a sweep
-    (1 trial) and a population (2 members) held after update 1 on it; its head is lost. Each driver
-    ends at once, exit 1, with one line of its own, its records whole."""
+    """A cluster of its own (a head alone, 4 CPUs: the shared one cannot lose its head), with a sweep
+    (1 trial), a population (2 members) and a training run (1 env actor) held after update 1 on it;
+    its head is lost. Each driver ends at once, exit 1, with one line of its own, its records whole;
+    the training run then goes on from its checkpoint on this machine, as its line says."""
     from experiments.pbt.population import PrivateDashboard
 
-    cluster_gen = started_cluster(tmp_path_factory, nodes=1, cpus=3)
+    cluster_gen = started_cluster(tmp_path_factory, nodes=1, cpus=4)
     cluster = next(cluster_gen)
     cli, runs = Cli(), tmp_path / "runs"
     address = cluster.address
@@ -200,18 +216,22 @@ def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_t
             pbt = start_held_driver(cluster, cli, tmp_path / "hold-pbt", "experiments.pbt", "--ray-address", address,
                                     "--dashboard", dashboard.url, "--population", "2", "--interval", "1", "--n-workers", "1",
                                     "--cpus-per-member", "1", "--checkpoint-every", "1", "--data-dir", str(runs), *TINY)
-            drivers = (sweep, pbt)
+            train = start_held_driver(cluster, cli, tmp_path / "hold-train", "experiments.breakout", "--backend", "ray",
+                                      "--ray-address", address, "--n-workers", "1", "--checkpoint-every", "1",
+                                      "--data-dir", str(runs), *TINY)
+            drivers = (sweep, pbt, train)
             try:
                 [trial] = held_runs(tmp_path / "hold-sweep", 1, sweep)
                 members = held_runs(tmp_path / "hold-pbt", 2, pbt)
+                [train_run] = held_runs(tmp_path / "hold-train", 1, train)
                 os.kill(cluster.nodes()[0]["raylet_pid"], signal.SIGKILL)
-                (sweep_out, sweep_err), (pbt_out, pbt_err) = (d.communicate(timeout=300) for d in drivers)
+                (sweep_out, sweep_err), (pbt_out, pbt_err), (train_out, train_err) = (d.communicate(timeout=300) for d in drivers)
             finally:
                 for driver in drivers:
                     driver.kill()
     finally:
         next(cluster_gen, None)  # the tool stops what is left of the cluster, and must leave nothing
-    assert (sweep.returncode, pbt.returncode) == (1, 1), sweep_err[-3000:] + pbt_err[-3000:]
+    assert (sweep.returncode, pbt.returncode, train.returncode) == (1, 1, 1), sweep_err[-3000:] + pbt_err[-3000:] + train_err[-3000:]
     go_on = " ".join(["python -m experiments.sweep", *sweep_args[:-len(TINY) - 2], *TINY, "--resume", str(tmp_path / "sweep.csv")])
     assert [line for line in sweep_err.splitlines() if "was lost" in line] == [
         f"sweep: the Ray cluster at {address} was lost (its head); 0 of 1 trials completed and are kept; go on with: {go_on}"]
@@ -220,7 +240,13 @@ def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_t
     assert [line for line in pbt_err.splitlines() if "was lost" in line] == [
         f"pbt: the Ray cluster at {address} was lost (its head); every member's last checkpoint is kept; go on with: "
         f"python -m experiments.pbt --resume {folder.parent} --ray-address {address}"]
-    for err in (sweep_err, pbt_err):  # Ray's own account stays in its logs
+    resume = f"python -m experiments.breakout --resume {train_run} --data-dir {runs}"
+    assert [line for line in train_err.splitlines() if "was lost" in line] == [
+        f"train: the Ray cluster at {address} was lost (its head); the run's last checkpoint (update 1) is kept; go on with: "
+        f"{resume} --ray-address {address} (a cluster there again; a new one: its address), or on this machine alone: "
+        f"{resume} --backend local --ray-address none"]
+    assert train_out.splitlines() == [str(runs / "breakout" / train_run / "summary.json")]
+    for err in (sweep_err, pbt_err, train_err):  # Ray's own account stays in its logs
         assert "Traceback" not in err and not [line for line in err.splitlines() if line.startswith("[20")], err[-3000:]
     assert sweep_out.splitlines()[-1] == str(tmp_path / "sweep.csv")
     with (tmp_path / "sweep.csv").open(newline="") as f:
@@ -233,6 +259,15 @@ def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_t
         summary = json.loads((runs / "breakout" / run / "summary.json").read_text())
         assert (summary["status"], summary["updates"]) == ("running", 1), summary
         assert (runs / "breakout" / run / "updates.csv").read_text().endswith("\n")
+    summary = json.loads((runs / "breakout" / train_run / "summary.json").read_text())
+    assert (summary["status"], summary["updates"], summary["error"]) == ("interrupted", 1, f"the Ray cluster at {address} was lost (its head)")
+    assert cli.leftovers() == []
+    # The line's command on this machine: the run goes on from its update-1 checkpoint, each update once.
+    resumed = cli.run("experiments.breakout", *resume.split()[3:], "--backend", "local", "--ray-address", "none")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed at update 1 of 2" in resumed.stderr
+    with (runs / "breakout" / train_run / "updates.csv").open() as f:
+        assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2]
     assert cli.leftovers() == []
 
 

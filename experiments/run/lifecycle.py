@@ -7,7 +7,8 @@ fault, and always leave a `summary.json`: written as the run starts and at each 
 checkpoint with status `running`, rewritten at the end with how it ended, so a run that never
 reaches its end (a SIGKILL, a lost machine) still names its machines, its steps and its
 checkpoint. Exit codes: 0 done; 128 + signal number when a signal stopped it early (after a
-checkpoint); 1 when a fault stopped it (its last good state checkpointed).
+checkpoint); 1 when a fault stopped it (its last good state checkpointed), or the Ray cluster its
+env actors ran on lost its head (the last whole update's state kept, one line saying how to go on).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from experiments.run.games_csv import GamesCsv
 from experiments.run.labml import LabmlRun
 from experiments.run.plan import LaunchPlan
 from experiments.run.progress import ProgressLine
-from experiments.run.report import earlier_wall_time, next_commands, resume_command, start_lines, summary_line
+from experiments.run.report import cluster_lost_line, earlier_wall_time, next_commands, resume_command, start_lines, summary_line
 from experiments.run.stopping import BEFORE_TRAINING, WITHIN_UPDATE, GracefulStop
 from experiments.run.updates_csv import UpdatesCsv, read_updates
-from game.vector import PoolError, WorkerKeepsFailing, game_specs, make_pool
+from game.vector import ClusterLost, PoolError, WorkerKeepsFailing, game_specs, make_pool
 from game.vector.private_ray import ray_node_id
 from ppo.checkpoint import Checkpoint, CheckpointError, save_checkpoint, write_json
 from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device
@@ -55,6 +56,7 @@ class RunState:
     error: str | None = None  # the fault that stopped it
     checkpoint: Path | None = None  # the last checkpoint this leg wrote
     checkpointed_update: int | None = None  # and its update
+    lost: ClusterLost | None = None  # the Ray cluster of its env actors, lost with its head
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ class TrainingRun:
                 self.state.error += f"; {e}"
         except CheckpointError as e:
             self.state.error = str(e)
+        except ClusterLost as lost:  # the games went with the cluster: the last checkpoint is the state kept
+            self.state.status, self.state.error, self.state.lost = "interrupted", str(lost), lost
         except BaseException as e:  # unforeseen, or a second stop: still named in summary.json, then raised
             if isinstance(e, Exception):
                 self.state.error = f"{type(e).__name__}: {e}"
@@ -177,6 +181,14 @@ class TrainingRun:
                         self._write_checkpoint(rewind_point)
                     self.state.status = "interrupted"
                     return
+                except ClusterLost:
+                    # Lost while sampling: the learner is as the update found it, its games' states
+                    # are gone with their actors; the update's starting state, taken while they
+                    # answered, is the one to resume from.
+                    rewind_point = trainer.rewind(rewind_point)
+                    if self.state.checkpointed_update != trainer.update:
+                        self._write_checkpoint(rewind_point)
+                    raise
                 games.append(trainer.records.take_finished())
                 if config.eval_video_every and trainer.update % config.eval_video_every == 0:
                     metrics.update(record_training_video(trainer.model, config.to_dict(), self.run_dir, trainer.update, device))
@@ -279,6 +291,11 @@ class TrainingRun:
     def _report(self, summary: dict[str, Any]) -> RunResult:
         """What happened, in a few lines on stderr, and the commands to go on with."""
         error = self.state.error
+        if self.state.lost is not None:  # the summary, then one line: what is kept and how to go on
+            self.say(summary_line(summary, self.config.last_update, self.config.score_window))
+            kept = self.state.checkpointed_update if self.state.checkpoint else (self.resumed.update if self.resumed else None)
+            self.say(cluster_lost_line(self.state.lost.address, str(self.run_uuid), kept, self.config, self._dashboard()))
+            return RunResult(self.run_dir / "summary.json", summary, 1)
         if error is not None:
             self.say(f"error: run {summary['run_uuid']} stopped at update {summary['updates']}: {error.splitlines()[0]}")
             if summary["checkpoint"]:

@@ -62,6 +62,19 @@ def resume_command(config: PPOConfig, run_uuid: str, dashboard: str | None = Non
     return command + (f" --dashboard {shlex.quote(dashboard)}" if dashboard else "")
 
 
+def cluster_lost_line(address: str, run_uuid: str, kept_update: int | None, config: PPOConfig, dashboard: str | None) -> str:
+    """A run whose Ray cluster lost its head, in one line: the cluster, the checkpoint kept, and the
+    commands that go on from it: on a cluster at that address again (a new one may have another:
+    that one is given instead), or on this machine's own worker processes, since the run's folder
+    is here and its games need no cluster (a resume may change its backend)."""
+    if kept_update is None:
+        return f"train: the Ray cluster at {address} was lost (its head) before the run's first checkpoint: nothing to resume; start the run again"
+    resume = resume_command(config, run_uuid, dashboard)
+    return (f"train: the Ray cluster at {address} was lost (its head); the run's last checkpoint (update {kept_update:,}) is "
+            f"kept; go on with: {resume} --ray-address {shlex.quote(address)} (a cluster there again; a new one: its address), "
+            f"or on this machine alone: {resume} --backend local --ray-address none")
+
+
 def evaluate_command(config: PPOConfig, run_uuid: str) -> str:
     # A bare file name: evaluate films into the run's own folder, where the dashboard shows it.
     return f"{EVALUATE} --run {run_uuid}{_data_dir_option(config)} --games 10 --video evaluate.mp4"

@@ -18,13 +18,13 @@ from game.atari import GameSpec
 from game.vector.group import StepEvents
 from game.vector.pipe import PipePool
 from game.vector.pool import EnvPool, RestartPolicy, StepBatch
-from game.vector.protocol import PoolError, WorkerDied, WorkerError, WorkerKeepsFailing, WorkerTimeout
+from game.vector.protocol import ClusterLost, PoolError, WorkerDied, WorkerError, WorkerKeepsFailing, WorkerTimeout
 from game.vector.serial import SerialPool
 
 # The transports `make_pool` knows; configs/fields.py spells them again (tests/test_architecture.py keeps them equal).
 BACKENDS = ("local", "ray", "serial")
 
-__all__ = ["BACKENDS", "EnvPool", "PipePool", "PoolError", "RestartPolicy", "SerialPool", "StepBatch", "StepEvents",
+__all__ = ["BACKENDS", "ClusterLost", "EnvPool", "PipePool", "PoolError", "RestartPolicy", "SerialPool", "StepBatch", "StepEvents",
            "WorkerDied", "WorkerError", "WorkerKeepsFailing", "WorkerTimeout", "game_specs", "make_pool"]
 
 

@@ -97,5 +97,14 @@ class WorkerTimeout(PoolError):
         self.timeout_s = timeout_s
 
 
+class ClusterLost(RuntimeError):
+    """The Ray cluster the workers ran on lost its head, and every worker with it: nothing to
+    replace them on, so the run stops (its last checkpoint kept) rather than restarting them."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(f"the Ray cluster at {address} was lost (its head)")
+        self.address = address
+
+
 class WorkerKeepsFailing(RuntimeError):
     """One worker failed more often than the pool's restart policy allows."""

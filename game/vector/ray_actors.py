@@ -10,8 +10,10 @@ observation.
 
 Failures become the pool's errors naming the worker and the actor: an exception in an actor →
 `WorkerError` with its traceback; an actor (or its node) gone → `WorkerDied`; no answer within
-`timeout_s` → `WorkerTimeout`. `close()` kills every actor and, if this pool started Ray itself,
-stops the local Ray processes (gcs, raylet, agents, workers). A Ray this pool starts is private:
+`timeout_s` → `WorkerTimeout`; on a cluster joined here, its head lost (watched:
+`ray_cluster.watch_head`) → `ClusterLost`, which no replacement can mend. `close()` kills every
+actor and, if this pool started Ray itself, stops the local Ray processes (gcs, raylet, agents,
+workers). A Ray this pool starts is private:
 `game/vector/private_ray.py` starts it on loopback with a token of its own.
 
 Ray is optional: imported only when a pool is built, so `import game` works without it.
@@ -23,6 +25,7 @@ import logging
 import math
 import os
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,8 @@ from game.atari import GameSpec
 from game.vector.group import GameGroup, GroupArrays
 from game.vector.pool import EnvPool, RestartPolicy
 from game.vector.private_ray import INSTALL_HINT, import_ray, join_ray_cluster, ray_connected, ray_installed, start_private_ray, stop_ray
-from game.vector.protocol import Command, PoolError, RemoteError, WorkerDied, WorkerError, WorkerTimeout
+from game.vector.protocol import ClusterLost, Command, PoolError, RemoteError, WorkerDied, WorkerError, WorkerTimeout
+from game.vector.ray_cluster import head_lost, head_refuses, watch_head
 
 __all__ = ["INSTALL_HINT", "EnvActor", "RayPool", "import_ray", "ray_installed"]
 
@@ -87,6 +91,8 @@ class RayPool(EnvPool):
         self._actors: dict[int, Any] = {}
         self._pending: dict[int, Any] = {}  # worker -> ObjectRef of its call in flight
         self._nodes: dict[str, None] = {}  # node id -> None: the nodes used, in order
+        self._watched: str | None = None  # the cluster joined here, whose head is watched
+        self._lost = False  # its head was lost: the actors went with it
         if not ray_connected():
             self._connect(address, len(specs) // envs_per_worker)
         self._ray = import_ray()
@@ -109,6 +115,8 @@ class RayPool(EnvPool):
             # driver's code whatever version a node has installed.
             package = str(Path(__file__).resolve().parents[1])
             join_ray_cluster(address, runtime_env={"py_modules": [package]}, **common)
+            watch_head(address, interrupt=False)  # a lost head ends the run (ClusterLost), not Ray's client a minute later
+            self._watched = address
         self._owns_ray = True
 
     def _await_start(self, worker: int, timeout_s: float, attempts: int = 3) -> None:
@@ -150,8 +158,7 @@ class RayPool(EnvPool):
         raises the first failure, if any."""
         ray = self._ray
         refs = {w: self._pending.pop(w) for w in workers if w in self._pending}
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s, fetch_local=True)
-        ready_set = set(ready)
+        ready_set = self._wait(list(refs.values()), timeout_s)
         values: dict[int, Any] = {}
         failures: list[PoolError] = []
         for w, ref in refs.items():
@@ -174,10 +181,31 @@ class RayPool(EnvPool):
             raise failures[0]
         return values
 
+    def _wait(self, refs: list[Any], timeout_s: float) -> set[Any]:
+        """The refs of `refs` ready within `timeout_s`. On a cluster joined here, waited for in slices
+        of half a second, so that a lost head ends the wait at once (`ClusterLost`)."""
+        if self._watched is None:
+            ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s, fetch_local=True)
+            return set(ready)
+        deadline, ready_set = time.monotonic() + timeout_s, set()
+        while refs:
+            self._raise_if_lost()
+            ready, refs = self._ray.wait(refs, num_returns=len(refs), timeout=max(0.0, min(0.5, deadline - time.monotonic())),
+                                         fetch_local=True)
+            ready_set.update(ready)
+            if time.monotonic() >= deadline:
+                break
+        return ready_set
+
+    def _raise_if_lost(self, check_now: bool = False) -> None:
+        if self._watched is not None and (head_lost() or (check_now and head_refuses(self._watched))):
+            self._lost = True
+            raise ClusterLost(self._watched)
+
     def _stop(self, workers: Sequence[int], timeout_s: float) -> None:
         for w in workers:
             self._pending.pop(w, None)
-            if (actor := self._actors.pop(w, None)) is not None:
+            if (actor := self._actors.pop(w, None)) is not None and not self._lost:  # a lost cluster's actors are gone
                 try:
                     self._ray.kill(actor, no_restart=True)
                 except Exception:
@@ -217,6 +245,7 @@ class RayPool(EnvPool):
         if isinstance(e, rx.GetTimeoutError):
             return WorkerTimeout(worker, self.timeout_s)
         if isinstance(e, rx.RayError):  # the actor, its worker process or its node is gone
+            self._raise_if_lost(check_now=True)  # with the head: not a worker to replace
             died = WorkerDied(worker, None)
             reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
             died.args = (f"worker {worker} ({actor}) died without answering: {reason}",)

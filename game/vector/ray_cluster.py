@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cluster_refusal", "head_lost", "prepare_to_join", "quiet_cluster_messages", "watch_head"]
+__all__ = ["cluster_refusal", "head_lost", "head_refuses", "prepare_to_join", "quiet_cluster_messages", "watch_head"]
 
 LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # read once, when `ray` is first imported
 _NODE_DEAD = re.compile(r"node id: ([0-9a-f]+) and address: (\S+?)(?: and|\s|$)")
@@ -190,16 +190,31 @@ def head_lost() -> bool:
     return _head_lost.is_set()
 
 
-def watch_head(address: str, period_s: float = 0.5) -> None:
-    """Once connected to the cluster at `address`: from a daemon thread, the head's GCS port is tried
-    every `period_s`; when it refuses (the head is gone, and the cluster with it), `head_lost()`
-    turns true and this process gets a SIGINT, so its driver stops its work as a Ctrl-C does and
-    says in one line how to go on. Left alone, Ray's client would wait a minute for the GCS, then
-    end the process with its own account. A slow answer is a busy head, not a lost one."""
-    from ray._private import worker
-
+def head_refuses(address: str) -> bool:
+    """Whether the head's GCS port at `address` refuses a connection now: the head is gone (a slow
+    answer is a busy head, not a lost one)."""
     target = _target(address)
     if target is None:
+        return False
+    try:
+        socket.create_connection(target, timeout=10).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def watch_head(address: str, period_s: float = 0.5, interrupt: bool = True) -> None:
+    """Once connected to the cluster at `address`: from a daemon thread, the head's GCS port is tried
+    every `period_s`; when it refuses (the head is gone, and the cluster with it), `head_lost()`
+    turns true and, with `interrupt`, this process gets a SIGINT, so its driver stops its work as a
+    Ctrl-C does and says in one line how to go on (a training run's pool asks `head_lost()` itself
+    while it waits for its actors, since its Ctrl-C means a person's stop). Left alone, Ray's client
+    would wait a minute for the GCS, then end the process with its own account."""
+    from ray._private import worker
+
+    if _target(address) is None:
         return
     # What Ray's client says of the loss (its GCS gone, tasks it cannot report) goes to its log folder.
     _client_logs_to_file(Path(worker.global_worker.node.get_logs_dir_path()) / f"driver-{os.getpid()}-client.log")
@@ -208,14 +223,11 @@ def watch_head(address: str, period_s: float = 0.5) -> None:
 
     def watch() -> None:
         while not _head_lost.wait(period_s):
-            try:
-                socket.create_connection(target, timeout=10).close()
-            except ConnectionRefusedError:
+            if head_refuses(address):
                 _head_lost.set()
-                # To the main thread itself: where it blocks SIGINT while it writes a record whole,
-                # the stop waits until that is done.
-                signal.pthread_kill(main, signal.SIGINT)
-            except OSError:
-                continue
+                if interrupt:
+                    # To the main thread itself: where it blocks SIGINT while it writes a record
+                    # whole, the stop waits until that is done.
+                    signal.pthread_kill(main, signal.SIGINT)
 
     threading.Thread(target=watch, name="ray-head-watch", daemon=True).start()
