@@ -71,14 +71,25 @@ if sys.argv[1] == "experiments.breakout":
                 time.sleep(0.01)
         return written
     lifecycle.TrainingRun._summary = summary_then_wait
+    if os.environ.get("HOLD_AT_START"):  # held once joined, before its actors start, until the head is lost
+        from game.vector import ray_actors
+        original_start = ray_actors.RayPool._start
+        def start_once_the_head_is_lost(self, worker):
+            if not (HOLD_DIR / "joined").exists():
+                (HOLD_DIR / "joined").write_text("")
+                while not head_lost():
+                    time.sleep(0.01)
+            return original_start(self, worker)
+        ray_actors.RayPool._start = start_once_the_head_is_lost
 sys.exit(importlib.import_module(sys.argv[1]).main(sys.argv[2:]))
 """
 
 
-def start_held_driver(cluster: LocalCluster, cli: Cli, hold_dir: Path, module: str, *args: str) -> subprocess.Popen[str]:
+def start_held_driver(cluster: LocalCluster, cli: Cli, hold_dir: Path, module: str, *args: str, **env: str) -> subprocess.Popen[str]:
     hold_dir.mkdir()
     return subprocess.Popen([sys.executable, "-c", HELD_DRIVER, module, *args], cwd=REPO, text=True,
-                            env=dict(cluster.driver_env(cli), HOLD_DIR=str(hold_dir)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            env=dict(cluster.driver_env(cli), HOLD_DIR=str(hold_dir), **env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
 
 
 def held_runs(hold_dir: Path, count: int, driver: subprocess.Popen[str], timeout_s: float = 600) -> dict[str, str]:
@@ -219,19 +230,30 @@ def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_t
             train = start_held_driver(cluster, cli, tmp_path / "hold-train", "experiments.breakout", "--backend", "ray",
                                       "--ray-address", address, "--n-workers", "1", "--checkpoint-every", "1",
                                       "--data-dir", str(runs), *TINY)
-            drivers = (sweep, pbt, train)
+            starting = start_held_driver(cluster, cli, tmp_path / "hold-start", "experiments.breakout", "--backend", "ray",
+                                         "--ray-address", address, "--n-workers", "1", "--data-dir", str(runs), *TINY,
+                                         HOLD_AT_START="1")
+            drivers = (sweep, pbt, train, starting)
             try:
                 [trial] = held_runs(tmp_path / "hold-sweep", 1, sweep)
                 members = held_runs(tmp_path / "hold-pbt", 2, pbt)
                 [train_run] = held_runs(tmp_path / "hold-train", 1, train)
+                held_runs(tmp_path / "hold-start", 1, starting)
                 os.kill(cluster.nodes()[0]["raylet_pid"], signal.SIGKILL)
-                (sweep_out, sweep_err), (pbt_out, pbt_err), (train_out, train_err) = (d.communicate(timeout=300) for d in drivers)
+                (sweep_out, sweep_err), (pbt_out, pbt_err), (train_out, train_err), (start_out, start_err) = (
+                    d.communicate(timeout=300) for d in drivers)
             finally:
                 for driver in drivers:
                     driver.kill()
     finally:
         next(cluster_gen, None)  # the tool stops what is left of the cluster, and must leave nothing
-    assert (sweep.returncode, pbt.returncode, train.returncode) == (1, 1, 1), sweep_err[-3000:] + pbt_err[-3000:] + train_err[-3000:]
+    assert (sweep.returncode, pbt.returncode, train.returncode, starting.returncode) == (1, 1, 1, 1), (
+        sweep_err[-3000:] + pbt_err[-3000:] + train_err[-3000:] + start_err[-3000:])
+    # Lost before its first update: nothing to resume, nothing written, the same one line's shape.
+    assert [line for line in start_err.splitlines() if "was lost" in line] == [
+        f"train: the Ray cluster at {address} was lost (its head) before the run's first checkpoint: nothing to resume; "
+        "start the run again"], start_err[-3000:]
+    assert start_out == "" and "Traceback" not in start_err, start_err[-3000:]
     go_on = " ".join(["python -m experiments.sweep", *sweep_args[:-len(TINY) - 2], *TINY, "--resume", str(tmp_path / "sweep.csv")])
     assert [line for line in sweep_err.splitlines() if "was lost" in line] == [
         f"sweep: the Ray cluster at {address} was lost (its head); 0 of 1 trials completed and are kept; go on with: {go_on}"]

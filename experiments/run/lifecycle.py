@@ -104,6 +104,8 @@ class TrainingRun:
         seeds = derive_seeds(config.seed, config.n_envs)
         try:
             pool = make_pool(config, game_specs(config, seeds.env_seeds))
+        except ClusterLost as lost:
+            return self._lost_at_start(lost)
         except Exception:
             # A signal to the whole process group reaches the workers (and the forkserver) while
             # they start, so their start can fail for that stop alone (a refused connection, a
@@ -114,11 +116,14 @@ class TrainingRun:
         with pool:
             trainer = Trainer(config, pool, seeds, device, self.labml.live_values, on_event=self.say)
             trainer.should_stop = lambda: self.stop.requested is not None  # honoured between minibatches
-            if resume is not None:
-                trainer.load_state_dict(resume)
-                self.say(f"resumed at update {trainer.update:,} of {config.last_update:,}")
-            else:
-                trainer.reset_envs()
+            try:
+                if resume is not None:
+                    trainer.load_state_dict(resume)  # its games' states are sent to the actors
+                    self.say(f"resumed at update {trainer.update:,} of {config.last_update:,}")
+                else:
+                    trainer.reset_envs()
+            except ClusterLost as lost:
+                return self._lost_at_start(lost)
             if self.stop.requested:
                 return self._stopped_at_start()
             self.stop.plan = WITHIN_UPDATE
@@ -223,6 +228,17 @@ class TrainingRun:
         summary = {"run_uuid": self.run_uuid, "status": "interrupted", "error": None, "updates": update,
                    "env_steps": env_steps, "kept": resume is not None}
         return RunResult(self.run_dir / "summary.json" if resume is not None else None, summary, self.stop.exit_code)
+
+    def _lost_at_start(self, lost: ClusterLost) -> RunResult:
+        """The cluster's head lost before the first update of this session: nothing was trained,
+        so nothing is written (as at a stop then); a resumed run keeps the checkpoint it came from."""
+        resume = self.resumed
+        update, env_steps = (resume.update, resume.env_steps) if resume is not None else (0, 0)
+        self.say(cluster_lost_line(lost.address, str(self.run_uuid), update if resume is not None else None, self.config,
+                                   self._dashboard()))
+        summary = {"run_uuid": self.run_uuid, "status": "interrupted", "error": str(lost), "updates": update,
+                   "env_steps": env_steps, "kept": resume is not None}
+        return RunResult(self.run_dir / "summary.json" if resume is not None else None, summary, 1)
 
     def _state(self, trainer: Trainer, leg: Leg) -> Checkpoint:
         """What a checkpoint holds now: the live values as the rule allows them (a refused one never

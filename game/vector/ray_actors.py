@@ -136,6 +136,9 @@ class RayPool(EnvPool):
         return GroupArrays.allocate(len(self.specs), observation_shape)
 
     def _start(self, worker: int) -> None:
+        # Ray registers a new actor with the head before `.remote()` returns: with the head gone,
+        # that call would wait until Ray's client gives up and ends the process a minute later.
+        self._raise_if_lost(check_now=True)
         envs = self.envs_of(worker)
         # No Ray-side restarts or retries: a dead actor is the pool's to replace (new seeds, rollout
         # redone), exactly like a dead worker process.
