@@ -82,9 +82,11 @@ def _this_node() -> str:
     try:
         import ray
 
-        return f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:12]}"
-    except Exception:  # not in a Ray worker: the host is all there is to name
-        return os.uname().nodename
+        if ray.is_initialized():
+            return f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:12]}"
+    except ImportError:
+        pass
+    return os.uname().nodename  # not in a Ray worker: the host is all there is to name
 
 
 def refusal_in(error: BaseException) -> str | None:
