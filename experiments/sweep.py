@@ -81,8 +81,8 @@ def sigterm_as_ctrl_c(signum: int, frame: object) -> None:
 
 def connect(address: str | None, cpus_per_trial: float, env: dict[str, str] | None = None) -> bool:
     """ray.init: a cluster at `address`, or a private local instance (loopback only, a token of its
-    own: game/vector/private_ray.py) with room for ≥ 1 trial, every task with `env` in its environment. Returns whether a trial fits on some
-    node (False: no node has cpus_per_trial CPUs).
+    own: game/vector/private_ray.py) with room for ≥ 1 trial, every task with `env` in its
+    environment. Returns whether a trial fits on some node (False: no node has cpus_per_trial CPUs).
 
     ray.init puts its own SIGTERM handler in the driver, one that aborts it (exit -6): the work
     would not be stopped nor a private Ray shut down. The driver's own handler is put back."""
@@ -131,8 +131,9 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
             i = running.pop(done[0])
             if (refusal := _record(ray, rows[i], done[0])) is not None:  # its node cannot see --data-dir: nor will others
                 stop_gently(ray, list(running))
-                for ref, j in running.items():
-                    _record(ray, rows[j], ref)
+                for ref, j in running.items():  # one stopped before its run began reports whatever Ray says: named here
+                    if _record(ray, rows[j], ref) is None and rows[j]["status"] == "failed":
+                        rows[j].update(status="stopped", error=f"stopped: trial {i + 1}'s node cannot see --data-dir")
                 running.clear()
                 raise DataDirNotShared(refusal)
             finished = len(trials) - len(queue) - len(running)  # those kept from a resumed sweep included

@@ -51,7 +51,7 @@ def test_a_sweep_whose_trial_lands_on_a_node_that_cannot_see_its_data_folder_end
     assert result.stdout.splitlines()[-1] == str(results)
     with results.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 3
+    assert len(rows) == 3 and {r["status"] for r in rows} <= {"refused", "completed", "interrupted", "stopped"}, rows
     refused = [r for r in rows if r["status"] == "refused"]
     assert refused and all(r["error"] == refusal(data, private["node_id"]) for r in refused), rows
     for row in refused:  # nothing of it on the host either
