@@ -15,7 +15,9 @@ same options and `--resume CSV` (experiments/sweep_resume.py).
 
 At the end: a table of trials sorted by their final full-game score (`score_mean_100`), also
 written as CSV (`--csv`, default `<data_dir>/<name>/sweep-<time>.csv`), whose path is the last
-line printed; with `--dashboard`, the line before it is the address of the trials' comparison page. Exit code 0 when every trial completed, 1 otherwise.
+line printed; with `--dashboard`, the line before it is the address of the trials' comparison page. Exit code 0 when every trial completed, 1 otherwise,
+and 2 when a trial's node cannot see `--data-dir` (experiments/shared_data_dir.py): one line on
+stderr, the other trials stopped at a checkpoint, the CSV written with what finished.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
 from configs.refusals import error_line, fail
 from configs.terminal import escaped
+from experiments.shared_data_dir import DataDirMark, DataDirNotShared, check_data_dir_seen, refusal_in, stop_gently
 from experiments.sweep_resume import argv_of, go_on_command, lost_line, resumed_rows
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
@@ -62,6 +65,7 @@ def run_trial(overrides: dict[str, Any], run_uuid: str, label: str | None = None
     (its sweep and trial, or its population and member); resumes it if a checkpoint exists (Ray
     re-ran this trial after its node or process was lost), and starts it afresh in its own folder
     otherwise (experiments/run/plan.py). Returns the run's summary."""
+    check_data_dir_seen(overrides["data_dir"])  # before anything is written: a node that cannot see it refuses
     from experiments.run.lifecycle import TrainingRun
     from experiments.run.plan import plan_launch
 
@@ -77,10 +81,10 @@ def sigterm_as_ctrl_c(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def connect(address: str | None, cpus_per_trial: float) -> bool:
+def connect(address: str | None, cpus_per_trial: float, env: dict[str, str] | None = None) -> bool:
     """ray.init: a cluster at `address`, or a private local instance (loopback only, a token of its
-    own: game/vector/private_ray.py) with room for ≥ 1 trial. Returns whether a trial fits on some
-    node (False: no node has cpus_per_trial CPUs).
+    own: game/vector/private_ray.py) with room for ≥ 1 trial, every task with `env` in its
+    environment. Returns whether a trial fits on some node (False: no node has cpus_per_trial CPUs).
 
     ray.init puts its own SIGTERM handler in the driver, one that aborts it (exit -6): the work
     would not be stopped nor a private Ray shut down. The driver's own handler is put back."""
@@ -88,7 +92,7 @@ def connect(address: str | None, cpus_per_trial: float) -> bool:
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     # Trials (or members) share a node's cores: their idle torch threads sleep rather than spin
     # (configs/machine.py). A private Ray's workers inherit this process's environment.
-    shared = shared_cores_environment()
+    shared = {**shared_cores_environment(), **(env or {})}
     try:
         if address is None:
             os.environ.update(shared)
@@ -127,15 +131,13 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
                 running[task.remote({**fixed, **trials[i]}, rows[i]["run_uuid"], f"{name} trial {i + 1}")] = i
             done, _ = ray.wait(list(running), num_returns=1)
             i = running.pop(done[0])
-            try:
-                summary = ray.get(done[0])
-                rows[i].update(status=summary["status"], error=summary.get("error"), score=summary.get(SCORE),
-                               games=summary.get("games"), updates=summary.get("updates"),
-                               env_steps=summary.get("env_steps"), sps=summary.get("sps"), host=summary.get("host"),
-                               node_id=summary.get("node_id"),
-                               run_dir=summary.get("run_dir"))
-            except ray.exceptions.RayError as e:  # the trial raised, or its process/node was lost for good
-                rows[i].update(status="failed", error=_first_line(e), score=None)
+            if (refusal := _record(ray, rows[i], done[0])) is not None:  # its node cannot see --data-dir: nor will others
+                stop_gently(ray, list(running))
+                for ref, j in running.items():  # one stopped before its run began reports whatever Ray says: named here
+                    if _record(ray, rows[j], ref) is None and rows[j]["status"] == "failed":
+                        rows[j].update(status="stopped", error=f"stopped: trial {i + 1}'s node cannot see --data-dir")
+                running.clear()
+                raise DataDirNotShared(refusal)
             finished = len(trials) - len(queue) - len(running)  # those kept from a resumed sweep included
             score = rows[i]["score"]
             log(f"[{finished}/{len(trials)} after {time.perf_counter() - started:.0f} s] trial {i + 1} {rows[i]['status']}: "
@@ -145,6 +147,20 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
         for ref in running:  # Ctrl-C or an error here: stop what still runs (checkpoints stay)
             ray.cancel(ref, force=True)
     return rows
+
+
+def _record(ray: Any, row: dict[str, Any], ref: Any) -> str | None:
+    """The trial's summary in its row; returns the refusal of a node that cannot see --data-dir."""
+    try:
+        summary = ray.get(ref)
+        row.update(status=summary["status"], error=summary.get("error"), score=summary.get(SCORE), games=summary.get("games"),
+                   updates=summary.get("updates"), env_steps=summary.get("env_steps"), sps=summary.get("sps"),
+                   host=summary.get("host"), node_id=summary.get("node_id"), run_dir=summary.get("run_dir"))
+    except ray.exceptions.RayError as e:  # the trial raised, or its process/node was lost for good
+        refusal = refusal_in(e)
+        row.update(status="failed" if refusal is None else "refused", error=refusal or _first_line(e), score=None)
+        return refusal
+    return None
 
 
 def planned_rows(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -278,13 +294,20 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
     print(f"sweep: {len(trials)} trials of {_params(fixed)}; searching {', '.join(names)}; "
           f"{cpus:g} CPUs per trial", flush=True)
+    mark = DataDirMark(fixed["data_dir"])
     try:
         signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)  # kept through ray.init by `connect`
-        if not connect(address, cpus):
+        if not connect(address, cpus, mark.env):
             print(error_line(f"--cpus-per-trial {cpus:g}: expected at most the CPUs of one node of the cluster at {address}"),
                   file=sys.stderr)
             return 2
-        rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log, csv_path.stem, rows, done))
+        with mark:  # written before any trial is submitted; removed at the end
+            rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log, csv_path.stem, rows, done))
+    except DataDirNotShared as e:  # the other trials were stopped (checkpoints kept); finished ones stay in the CSV
+        write_csv(csv_path, sorted_rows(rows), names)
+        print(error_line(str(e)), file=sys.stderr, flush=True)
+        print(csv_path, flush=True)
+        return 2
     except KeyboardInterrupt:
         if head_lost():  # what completed is kept in the CSV, written whole; the rest goes on with --resume
             for row in rows:

@@ -31,6 +31,7 @@ class LocalCluster:
     process: subprocess.Popen[str]
     marker: str  # in the environment of every process of every node
     exports: dict[str, str]  # what the tool printed, NAME=value
+    private_folder: Path | None = None  # empty on the last worker node (--private-folder): only tests/test_cluster_disk.py uses it
 
     @property
     def address(self) -> str:
@@ -68,15 +69,18 @@ class LocalCluster:
 
 
 def started_cluster(tmp_path_factory: pytest.TempPathFactory, nodes: int = 3, cpus: int = 1) -> Iterator[LocalCluster]:
-    """tools/local_cluster.py --nodes 3 --cpus-per-node 1 (or as given), stopped (SIGTERM) when the
-    worker's cluster tests are done; it must leave no process and no folder."""
+    """tools/local_cluster.py --nodes 3 --cpus-per-node 1 (or as given), its last worker node with a
+    private view of a folder of its own (--private-folder), stopped (SIGTERM) when the worker's
+    cluster tests are done; it must leave no process, no folder and no mount."""
     if not ray_installed():
         pytest.skip('Ray is not installed (pip install -e ".[ray]")')
     marker = Cli().marker
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update({MARK: marker, "PYTHONPATH": str(REPO)})
     log = tmp_path_factory.mktemp("local-cluster") / "stderr"
-    process = subprocess.Popen([sys.executable, str(TOOL), "--nodes", str(nodes), "--cpus-per-node", str(cpus)], cwd=REPO, env=env,
+    private = tmp_path_factory.mktemp("node-private-view") if nodes > 1 else None
+    argv = [sys.executable, str(TOOL), "--nodes", str(nodes), "--cpus-per-node", str(cpus)]
+    process = subprocess.Popen(argv + (["--private-folder", str(private)] if private else []), cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
     exports: dict[str, str] = {}
     try:
@@ -86,7 +90,7 @@ def started_cluster(tmp_path_factory: pytest.TempPathFactory, nodes: int = 3, cp
             assert line, f"the cluster did not start (exit {process.wait()}): {log.read_text()[-3000:]}"
             name, _, value = line.strip().partition("=")
             exports[name] = value
-        yield LocalCluster(process, marker, exports)
+        yield LocalCluster(process, marker, exports, private)
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=180)
@@ -94,6 +98,7 @@ def started_cluster(tmp_path_factory: pytest.TempPathFactory, nodes: int = 3, cp
         assert process.returncode == 0, log.read_text()[-3000:]
         assert wait_until_no_processes(marker) == []
         assert folder is None or not folder.exists()
+        assert private is None or f" {private} " not in Path("/proc/self/mountinfo").read_text()  # the host's view untouched
 
 
 def run_driver(cluster: LocalCluster, cli: Cli, module: str, *args: str, **env: str | None) -> subprocess.CompletedProcess[str]:

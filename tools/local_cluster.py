@@ -11,6 +11,12 @@ and its supervising process's pid; kill a raylet to lose that node). A SIGUSR1 s
 worker node again, under its name, and rewrites that file. It runs until SIGTERM or SIGINT, then
 stops every node (workers first, the head last; by pid) and removes its folder.
 
+`--private-folder PATH` gives the last worker node a view of the disk of its own: its process and
+all of the node's processes run in a mount namespace of their own, where an empty tmpfs covers
+PATH (an existing folder); the other nodes see the host's PATH. So a data folder under PATH is one
+that node does not share, as on machines without a shared disk. That node is started so again when
+brought back; the namespace, and its tmpfs with it, goes when the node's last process ends.
+
 Why every node is on 127.0.0.1: Ray's servers listen on loopback only when their node's address
 is 127.0.0.1, and on every interface for any other address (127.0.0.2 included). So every node
 has that address and its own ports, and Ray is imported with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
@@ -42,6 +48,7 @@ from typing import Any
 LOOPBACK = "127.0.0.1"
 LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_CLONE_NEWNS, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x20000, 2, 4, 1 << 14, 1 << 18
 OBJECT_STORE_BYTES = 96 * 1024 * 1024  # per node: the actors' replies are small, and nodes share one machine's memory
 
 
@@ -49,6 +56,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python tools/local_cluster.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=3, metavar="N", help="nodes, the head included, 1 to 16 (default 3)")
     parser.add_argument("--cpus-per-node", type=int, default=1, metavar="C", help="logical CPUs each node offers, 1 to 64 (default 1)")
+    parser.add_argument("--private-folder", metavar="PATH",
+                        help="the last worker node sees an empty folder at PATH (an existing folder), the others the host's")
     parser.add_argument("--node", choices=("head", "worker"), help=argparse.SUPPRESS)  # one node's own process
     parser.add_argument("--gcs", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
@@ -57,6 +66,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--nodes {args.nodes}: expected an integer from 1 to 16")
     if not 1 <= args.cpus_per_node <= 64:
         parser.error(f"--cpus-per-node {args.cpus_per_node}: expected an integer from 1 to 64")
+    if args.private_folder is not None and args.node is None:
+        if args.nodes < 2:
+            parser.error(f"--private-folder {args.private_folder}: expected --nodes 2 or more (a worker node to give it)")
+        if not Path(args.private_folder).is_absolute() or not Path(args.private_folder).is_dir():
+            parser.error(f"--private-folder {args.private_folder}: expected the absolute path of an existing folder")
     return args
 
 
@@ -66,9 +80,22 @@ def _prctl(option: int, value: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
+def private_view(folder: str) -> None:
+    """This process (and all it starts) in a mount namespace of its own, with an empty tmpfs over
+    `folder`; mounts made private first, so nothing of it reaches the host's view."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for call in (lambda: libc.unshare(_CLONE_NEWNS), lambda: libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
+                 lambda: libc.mount(b"tmpfs", folder.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755,size=16m")):
+        if call() != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"--private-folder {folder}: {os.strerror(errno)} (a mount namespace needs root)")
+
+
 def run_node(args: argparse.Namespace) -> int:
     """Starts one node, prints `UP <gcs address> <node id> <raylet pid>`, then waits: a SIGTERM stops
     the node; its raylet ending (killed: the node is lost) ends the node's other processes too."""
+    if args.private_folder is not None:
+        private_view(args.private_folder)  # first, while this process has one thread
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # the tool gone (even by SIGKILL), its nodes go too
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # orphans of this node's processes come back here, not to init
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the tool's to act on, in its order
@@ -158,13 +185,16 @@ class Cluster:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), **{LOCAL_ONLY_VARIABLE: "0"})
 
-    def start_node(self, kind: str, cpus: int, gcs: str | None = None, tries: int = 2, name: str | None = None) -> dict[str, Any]:
+    def start_node(self, kind: str, cpus: int, gcs: str | None = None, tries: int = 2, name: str | None = None,
+                   private: str | None = None) -> dict[str, Any]:
         """One node (named `name`, or after its place), returned once up. One at a time, and tried
         again once: Ray gives a raylet 30 s to register, which a loaded machine of 2 cores starting
         several at once can miss."""
         argv = [sys.executable, str(Path(__file__).resolve()), "--node", kind, "--cpus-per-node", str(cpus), "--folder", str(self.folder)]
         if gcs is not None:
             argv += ["--gcs", gcs]
+        if private is not None:
+            argv += ["--private-folder", private]
         for attempt in range(tries):
             # A session of its own: a Ctrl-C at the terminal reaches this tool alone, which stops the nodes in order.
             process = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -179,7 +209,8 @@ class Cluster:
         _, address, node_id, raylet = line.split()
         info = self.nodes[-1][1]
         name = name or ("head" if kind == "head" else f"node-{len(self.named()) + 1}")
-        info.update({"name": name, "node_id": node_id, "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address})
+        info.update({"name": name, "node_id": node_id, "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address,
+                     "private_folder": private})
         self.write_nodes()
         return info
 
@@ -198,7 +229,8 @@ class Cluster:
         for i, (process, info) in enumerate(list(self.nodes)):
             if info.get("name", "head") == "head" or process.poll() is None:
                 continue
-            new = self.start_node("worker", cpus, head["gcs_address"], name=info["name"])  # appended, then put in place
+            new = self.start_node("worker", cpus, head["gcs_address"], name=info["name"],  # appended, then put in place
+                                  private=info.get("private_folder"))
             self.nodes[i] = self.nodes.pop()
             self.write_nodes()
             print(f"local_cluster: {info['name']} is back as node {new['node_id']}", file=sys.stderr, flush=True)
@@ -231,10 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster(folder, token)
     try:
         head = cluster.start_node("head", args.cpus_per_node)
-        for _ in range(args.nodes - 1):
+        for i in range(args.nodes - 1):
             if stop.is_set():
                 return 130
-            cluster.start_node("worker", args.cpus_per_node, head["gcs_address"])
+            private = args.private_folder if i == args.nodes - 2 else None
+            cluster.start_node("worker", args.cpus_per_node, head["gcs_address"], private=private)
         print(f"RAY_ADDRESS={head['gcs_address']}\nRAY_AUTH_TOKEN_PATH={token}\nRAY_AUTH_MODE=token\n"
               f"LOCAL_CLUSTER_NODES={folder / 'nodes.json'}", flush=True)
         print(f"local_cluster: {args.nodes} nodes up, {args.cpus_per_node} CPUs each; SIGTERM or Ctrl-C stops them",

@@ -3,7 +3,8 @@
 Every training option (`python -m experiments.breakout --help`) is shared by the members; member i
 trains with seed --seed + i. The last line printed on stdout is the path of the population's
 lineage.csv; everything else goes to stderr. Exit codes: 0 every member reached its last update;
-1 a member failed and could not be replaced, or the Ray cluster could not be joined; 130 stopped
+1 a member failed and could not be replaced, or the Ray cluster could not be joined; 2 a member's
+node cannot see --data-dir (docs/ray.md; the others stopped at a checkpoint); 130 stopped
 by Ctrl-C/SIGTERM (every member with a checkpoint: `--resume FOLDER` goes on).
 """
 
@@ -38,6 +39,7 @@ from experiments.pbt.population import PrivateDashboard, run_segment
 from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
 from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import RunFolder
+from experiments.shared_data_dir import DataDirMark, DataDirNotShared
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
 from game.vector.private_ray import cluster_refusal, ray_refusal, stop_ray
@@ -233,14 +235,16 @@ def _run(population: Population, address: str | None) -> int:
         say_comparison(population)
         if address is None:
             logging.getLogger(RAY_TOKEN_LOGGER).addFilter(_not_private_token_notice)
+        mark = DataDirMark(population.fixed["data_dir"])
         try:
             try:
-                fits = connect(address, population.cpus_per_member)
+                fits = connect(address, population.cpus_per_member, mark.env)
             except ConnectionError as e:  # no cluster there, or one that refuses this driver (its auth token)
                 raise RuntimeError(f"--ray-address {address}: could not join a Ray cluster there "
                                    f"({str(e).strip().splitlines()[0]}); no member ran") from None
             if not fits:
                 raise RuntimeError(f"no node of the cluster at {address} has {population.cpus_per_member:g} CPUs for a member")
+            mark.write()  # before any member is submitted; removed at the end
             failures: dict[int, str | None] = {}
             while population.generation < len(targets):
                 target = targets[population.generation]
@@ -268,10 +272,14 @@ def _run(population: Population, address: str | None) -> int:
             else:
                 say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
                 code = 130
+        except DataDirNotShared as e:  # a member's node cannot see --data-dir; the others stopped at a checkpoint
+            say(error_line(str(e)))
+            code = 2
         except (RuntimeError, OSError, UnsafeRunFolder) as e:  # a write refused: a link put in the folder meanwhile
             say(error_line(str(e)))
             code = 1
         finally:
+            mark.remove()
             stop_ray()  # a private instance stops; a cluster is only disconnected from
     if not population.private_dashboard and population.generation > 0:  # a private one has stopped with it
         say_comparison(population)

@@ -23,6 +23,7 @@ from typing import Any
 from configs.terminal import escaped
 from experiments.pbt.state import Population
 from experiments.run.folder_checks import UnsafeRunFolder, open_own_file
+from experiments.shared_data_dir import DataDirNotShared, check_data_dir_seen, refusal_in, stop_gently
 from experiments.sweep import run_trial
 from game.vector.ray_cluster import head_lost
 
@@ -33,6 +34,7 @@ def run_member(overrides: dict[str, Any], run_uuid: str, label: str) -> dict[str
     """One member's segment (a Ray task in a fresh process): resume the run, or start it, until
     `stop_after_env_steps`. The process of its previous segment may still be exiting after it
     returned; the run is resumed once that process has let go of it. `label` names it on the dashboard."""
+    check_data_dir_seen(overrides["data_dir"])  # first: a node that cannot see it refuses, having written nothing
     from experiments.run.folders import RunFolder
 
     folder = RunFolder.named(Path(overrides["data_dir"]), run_uuid, "run_uuid")
@@ -82,24 +84,16 @@ def run_segment(population: Population, target: int, queue: Callable[[int, dict[
                 result = ray.get(done[0])
                 failures[member] = None if result["exit_code"] == 0 else f"{result['status']}: {result.get('error')}"
             except ray.exceptions.RayError as e:  # it raised, or its process was lost more than max_retries times
+                if (refusal := refusal_in(e)) is not None:  # its node cannot see --data-dir: the others are stopped
+                    stop_gently(ray, list(running))
+                    raise DataDirNotShared(refusal) from None
                 failures[member] = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             log(f"  member {member}: {'at update ' + str(target) if failures[member] is None else 'failed: ' + str(failures[member])}")
     except KeyboardInterrupt:
         if not head_lost():  # a lost head took the members with it: none is left to ask
-            _stop_members(ray, list(running))
+            stop_gently(ray, list(running))  # each asked to stop and checkpoint; at a second Ctrl-C, stopped at once
         raise
     return failures
-
-
-def _stop_members(ray: Any, running: list[Any]) -> None:
-    """Each running member asked to stop and checkpoint; at a second Ctrl-C, stopped at once."""
-    for ref in running:
-        ray.cancel(ref, force=False)
-    try:
-        ray.wait(running, num_returns=len(running))
-    except KeyboardInterrupt:
-        for ref in running:
-            ray.cancel(ref, force=True)
 
 
 class PrivateDashboard:
