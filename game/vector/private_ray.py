@@ -177,6 +177,8 @@ def stop_ray() -> None:
     connected."""
     ray = sys.modules.get("ray")
     if ray is not None:
+        if "replaced" in _private:
+            _end_autoscaler_monitor()
         ray.shutdown()
     if (replaced := _private.pop("replaced", None)) is not None:
         shutil.rmtree(_private["folder"] / "ray", ignore_errors=True)
@@ -185,6 +187,22 @@ def stop_ray() -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _end_autoscaler_monitor() -> None:
+    """The private instance's autoscaler monitor, ended by SIGKILL before `ray.shutdown`: a node of a
+    fixed size has nothing for it to do or save. Left to `ray.shutdown`, every stop waited a second
+    for it: Ray stops the GCS first, then sends the monitor a SIGTERM whose handler reports to that
+    GCS (a call that waits up to 60 s), gives it Ray's one-second grace and kills it anyway. Ray's
+    start has no switch for the monitor, so it is found in Ray's record of the processes it started;
+    if a later Ray keeps that record elsewhere, nothing is done here and the stop is as slow as
+    before, never wrong."""
+    node = getattr(sys.modules.get("ray._private.worker"), "_global_node", None)
+    for info in getattr(node, "all_processes", {}).get("monitor", []):
+        process = getattr(info, "process", None)
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def tighten_token_file() -> None:
