@@ -1,6 +1,7 @@
 """A private Ray's folder (`ray-private-*`) that a process killed with SIGKILL left behind is removed
 by the next private Ray's start, and no other folder is: not one whose owner lives, not one a
-process still uses, not another account's, not a link, not one whose owner is not known."""
+process still uses, not another account's, not a link, not one whose owner is not known. A start
+that fails part-way leaves none of the processes it started."""
 
 from __future__ import annotations
 
@@ -28,7 +29,20 @@ RAY_THEN_WAIT = ("import time; from game.vector.private_ray import start_private
 FOLDER_ONLY = ("import sys, tempfile, time; from pathlib import Path; from game.vector import stale_ray_folders as s; "
                "f = Path(tempfile.mkdtemp(prefix=s.PREFIX)); s.write_owner(f); print(f, flush=True); "
                "time.sleep(600 if sys.argv[1] == 'wait' else 0)")
-NEXT_START = "from game.vector.private_ray import start_private_ray, stop_ray; start_private_ray(1); stop_ray()"
+# The next start, in a process whose first start fails part-way: the object store's folder is missing,
+# which Ray finds once its GCS, monitor and API server run, and raises without stopping them.
+NEXT_START = """
+import psutil
+from game.vector.private_ray import start_private_ray, stop_ray
+try:
+    start_private_ray(1, _plasma_directory="/nonexistent")
+except ValueError:
+    pass
+left = [" ".join(p.cmdline())[:200] for p in psutil.Process().children(recursive=True)]
+assert left == [], left
+start_private_ray(1)
+stop_ray()
+"""
 
 
 def started(cli: Cli, tmp: Path, code: str, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], Path]:

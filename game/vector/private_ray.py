@@ -30,6 +30,7 @@ read is made 0600 first. What a cluster needs beyond that is in docs/ray.md.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.metadata
 import importlib.util
 import ipaddress
@@ -37,6 +38,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -137,6 +139,7 @@ def start_private_ray(num_cpus: int, **options: Any) -> Any:
             raise RuntimeError("Ray started without token authentication")
     except BaseException:
         stop_ray()
+        _end_processes_naming(folder / "ray")
         raise
     return ray
 
@@ -177,6 +180,8 @@ def stop_ray() -> None:
     connected."""
     ray = sys.modules.get("ray")
     if ray is not None:
+        if "replaced" in _private:
+            _end_autoscaler_monitor()
         ray.shutdown()
     if (replaced := _private.pop("replaced", None)) is not None:
         shutil.rmtree(_private["folder"] / "ray", ignore_errors=True)
@@ -185,6 +190,59 @@ def stop_ray() -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _end_processes_naming(ray_folder: Path) -> None:
+    """What a start that failed part-way left running: `ray.init` raises (say its raylet did not
+    register within Ray's 30 s, on a busy machine) without stopping the GCS, monitor, dashboard and
+    raylet it had started, nor keeping any record of them that `ray.shutdown` could use; they would
+    run until this process ends (a test session's: many minutes). They are this process's children
+    whose command line names this instance's folder; each is ended by SIGKILL with everything below
+    it (agents and workers rename themselves `ray::…`, so they are found through their parent) and
+    reaped."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+            children.setdefault(ppid, []).append(int(entry))
+    mine = []
+    for pid in children.get(os.getpid(), []):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(ray_folder).encode() in f.read():
+                    mine.append(pid)
+        except OSError:
+            continue
+    ending, below = list(mine), list(mine)
+    while below:
+        below = [child for pid in below for child in children.get(pid, [])]
+        ending += below
+    for pid in reversed(ending):  # the deepest first, so none is restarted by its parent
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in mine:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def _end_autoscaler_monitor() -> None:
+    """The private instance's autoscaler monitor, ended by SIGKILL before `ray.shutdown`: a node of a
+    fixed size has nothing for it to do or save. Left to `ray.shutdown`, every stop waited a second
+    for it: Ray stops the GCS first, then sends the monitor a SIGTERM whose handler reports to that
+    GCS (a call that waits up to 60 s), gives it Ray's one-second grace and kills it anyway. Ray's
+    start has no switch for the monitor, so it is found in Ray's record of the processes it started;
+    if a later Ray keeps that record elsewhere, nothing is done here and the stop is as slow as
+    before, never wrong."""
+    node = getattr(sys.modules.get("ray._private.worker"), "_global_node", None)
+    for info in getattr(node, "all_processes", {}).get("monitor", []):
+        process = getattr(info, "process", None)
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def tighten_token_file() -> None:
