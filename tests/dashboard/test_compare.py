@@ -25,6 +25,10 @@ from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, ProbeRun, Process
 from experiments.run.games_csv import read_games
 from experiments.run.updates_csv import read_updates
 
+# A dashboard of this module's own (tests/dashboard/conftest.py): its runs list is clicked through in a
+# browser, where other modules' runs would push its rows off the screen.
+FRESH_DASHBOARD = True
+
 # 2 games × 32 steps = 64 agent steps an update, 5 updates; short games give a score early.
 TINY = ["--backend", "serial", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "32",
         "--minibatches", "2", "--epochs", "1", "--max-episode-frames", "200"]
