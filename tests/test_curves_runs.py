@@ -1,5 +1,6 @@
-"""`python -m experiments.curves` training seeds itself: the runs it starts, draws and stops (a
-SIGTERM to it, to one run alone, a SIGKILL), and the SB3 peer's runs beside them."""
+"""`python -m experiments.curves` training seeds itself: the runs it starts and stops (a SIGTERM to
+it, to one run alone, a SIGKILL) and draws, and the SB3 peer's runs beside them. Seeds trained to
+their end and drawn are tests/dashboard/test_compare.py's (the same run sends them to a dashboard)."""
 
 from __future__ import annotations
 
@@ -19,26 +20,8 @@ from experiments.run.games_csv import read_games
 from experiments.seed_runs import stopping_signal
 from tests import process_table
 from tests.conftest import wait_for_file
-from tests.curves_support import assert_plot_drawn
 
 TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "128", "--minibatches", "2", "--epochs", "1"]
-
-
-@pytest.mark.slow
-def test_curves_trains_seeds_and_draws_them(cli, tmp_path: Path) -> None:
-    out = tmp_path / "curves"
-    result = cli.run("experiments.curves", "--seeds", "1", "2", "--total-env-steps", "1024", "--budget", "768", "--grid", "128",
-                     "--window", "5", "--budgets", "512", "768", "--out", str(out), *TINY_RUN)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = list(csv.DictReader((out / "curves.csv").open()))
-    assert {r["label"] for r in rows} == {"project"}
-    assert [int(r["env_step"]) for r in rows] == sorted(int(r["env_step"]) for r in rows)
-    assert all(float(r["min"]) <= float(r["mean"]) <= float(r["max"]) for r in rows)
-    assert max(int(r["seeds"]) for r in rows) == 2 and int(rows[-1]["env_step"]) == 768
-    table = (out / "table.md").read_text()
-    assert "| 512 |" in table and "| 768 |" in table and result.stdout.startswith("curves: project seed 1")
-    assert_plot_drawn(out / "curves.png")
-    assert cli.leftovers() == []
 
 
 @pytest.mark.slow

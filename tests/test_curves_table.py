@@ -1,4 +1,4 @@
-"""`python -m experiments.curves` on run folders made by hand: scores on a grid of agent steps,
+"""`python -m experiments.curves` on run folders made by hand (its `main` in this process: it only reads them): scores on a grid of agent steps,
 the table, the plot, and its notes and one-line refusals."""
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.curves import main as curves_main
 from experiments.curves import score_at
 from experiments.run.games_csv import GameRow, GamesCsv
-from tests.curves_support import OTHER_MACHINE, assert_plot_drawn
+from tests.conftest import refused_in_process
+from tests.curves_support import OTHER_MACHINE, assert_plot_drawn, curves_read
 
 
 def test_score_at_is_the_mean_of_the_last_window_games_ended_by_each_step() -> None:
@@ -24,14 +26,14 @@ def test_score_at_is_the_mean_of_the_last_window_games_ended_by_each_step() -> N
     assert scores[1:].tolist() == [1.0, 1.5, 4.0, 4.0]
 
 
-def test_curves_notes_runs_not_made_on_one_recorded_machine(cli, tmp_path: Path) -> None:
+def test_curves_notes_runs_not_made_on_one_recorded_machine(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     def run(name: str, summary: dict) -> None:
         with GamesCsv(tmp_path / name / "games.csv", keep=0) as games:
             games.append([(100, 1, 1.0, 10, False), (200, 2, 3.0, 10, False)])
         (tmp_path / name / "summary.json").write_text(json.dumps({"env_steps": 200, **summary}))
 
     def curves(*labels: str) -> str:
-        result = cli.run("experiments.curves", *[f"--runs={label}={tmp_path / label}" for label in labels],
+        result = curves_read(capsys, *[f"--runs={label}={tmp_path / label}" for label in labels],
                          "--grid", "100", "--out", str(tmp_path / "out"))
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stdout
@@ -45,7 +47,7 @@ def test_curves_notes_runs_not_made_on_one_recorded_machine(cli, tmp_path: Path)
     assert "(1 run); unrecorded (1 run))" in note
 
 
-def test_a_run_that_ended_its_schedule_is_read_at_the_schedules_end(cli, tmp_path: Path) -> None:
+def test_a_run_that_ended_its_schedule_is_read_at_the_schedules_end(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # A 1M schedule in batches of 1,024 ends at 999,424 steps: its last games are its score "at 1M".
     # Here a schedule of 400 steps ended at 384; another run was stopped at 384 on the way.
     for name, ended in (("ended", True), ("stopped", False)):
@@ -53,38 +55,38 @@ def test_a_run_that_ended_its_schedule_is_read_at_the_schedules_end(cli, tmp_pat
         with GamesCsv(run / "games.csv", keep=0) as games:
             games.append([(100, 1, 1.0, 10, False), (200, 2, 3.0, 10, False), (384, 3, 8.0, 10, False)])
         (run / "summary.json").write_text(json.dumps({"env_steps": 384, "schedule_env_steps": 400, "schedule_ended": ended}))
-    ended = cli.run("experiments.curves", "--runs", f"ended={tmp_path / 'ended'}", "--grid", "100", "--window", "2",
+    ended = curves_read(capsys, "--runs", f"ended={tmp_path / 'ended'}", "--grid", "100", "--window", "2",
                     "--budgets", "400", "--out", str(tmp_path / "out-ended"))
     assert ended.returncode == 0, ended.stderr[-3000:]
     # at 400 the last two games, 3 and 8: 5.5 on its one seed.
     assert "| 400 | **5.5** (1 seed) |" in ended.stdout
-    stopped = cli.run("experiments.curves", "--runs", f"stopped={tmp_path / 'stopped'}", "--grid", "100", "--window", "2",
+    stopped = curves_read(capsys, "--runs", f"stopped={tmp_path / 'stopped'}", "--grid", "100", "--window", "2",
                       "--budgets", "400", "--out", str(tmp_path / "out-stopped"))
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     assert "| 400 | – |" in stopped.stdout  # 384 steps of a longer schedule say nothing about 400
 
 
-def test_a_run_still_going_is_read_to_its_last_game_not_its_last_checkpoint(cli, tmp_path: Path) -> None:
+def test_a_run_still_going_is_read_to_its_last_game_not_its_last_checkpoint(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # A run's summary.json says `running` with its last checkpoint's steps (200) while its games.csv
     # goes on (to 400): the games after the checkpoint are real, and the curve reaches them.
     run = tmp_path / "going" / "seed1"
     with GamesCsv(run / "games.csv", keep=0) as games:
         games.append([(100, 1, 1.0, 10, False), (200, 2, 3.0, 10, False), (300, 3, 5.0, 10, False), (400, 4, 9.0, 10, False)])
     (run / "summary.json").write_text(json.dumps({"status": "running", "env_steps": 200}))
-    result = cli.run("experiments.curves", "--runs", f"going={tmp_path / 'going'}", "--grid", "100", "--window", "2",
+    result = curves_read(capsys, "--runs", f"going={tmp_path / 'going'}", "--grid", "100", "--window", "2",
                      "--budgets", "200", "400", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-3000:]
     # at 200 the last two games, 1 and 3: 2.0; at 400, 5 and 9: 7.0.
     assert "| 200 | **2.0** (1 seed) |" in result.stdout and "| 400 | **7.0** (1 seed) |" in result.stdout
 
 
-def test_curves_reads_existing_runs(cli, tmp_path: Path) -> None:
+def test_curves_reads_existing_runs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     for seed, scores in ((1, [1.0, 3.0, 5.0]), (2, [2.0, 4.0, 6.0])):
         run = tmp_path / "runs" / f"seed{seed}"
         with GamesCsv(run / "games.csv", keep=0) as games:
             games.append([(100 * (i + 1), i + 1, s, 10, False) for i, s in enumerate(scores)])
         (run / "summary.json").write_text(json.dumps({"env_steps": 300}))
-    result = cli.run("experiments.curves", "--runs", f"mine={tmp_path / 'runs'}", "--grid", "100", "--window", "2",
+    result = curves_read(capsys, "--runs", f"mine={tmp_path / 'runs'}", "--grid", "100", "--window", "2",
                      "--budgets", "200", "300", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-3000:]
     rows = list(csv.DictReader((tmp_path / "out" / "curves.csv").open()))
@@ -95,7 +97,7 @@ def test_curves_reads_existing_runs(cli, tmp_path: Path) -> None:
     assert_plot_drawn(tmp_path / "out" / "curves.png")
 
 
-def test_a_label_still_training_does_not_blank_the_others(cli, tmp_path: Path) -> None:
+def test_a_label_still_training_does_not_blank_the_others(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # Found reading 3 finished seeds beside a label whose second seed had just started: every row
     # of both labels said "–", since the grid stopped at the shortest run of all.
     for label, seeds in (("done", {1: [1.0, 3.0, 5.0], 2: [2.0, 4.0, 6.0]}), ("going", {1: [7.0, 9.0, 11.0], 2: [8.0]})):
@@ -104,7 +106,7 @@ def test_a_label_still_training_does_not_blank_the_others(cli, tmp_path: Path) -
             with GamesCsv(run / "games.csv", keep=0) as games:
                 games.append([(100 * (i + 1), i + 1, s, 10, False) for i, s in enumerate(scores)])
             (run / "summary.json").write_text(json.dumps({"env_steps": 100 * len(scores)}))
-    result = cli.run("experiments.curves", "--runs", f"done={tmp_path / 'done'}", "--runs", f"going={tmp_path / 'going'}",
+    result = curves_read(capsys, "--runs", f"done={tmp_path / 'done'}", "--runs", f"going={tmp_path / 'going'}",
                      "--grid", "100", "--window", "2", "--budgets", "100", "300", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-3000:]
     # "going" covers 100 steps on both seeds (7 and 8), so 300 is done's alone: seeds mean(3, 5) = 4 and mean(4, 6) = 5.
@@ -115,14 +117,14 @@ def test_a_label_still_training_does_not_blank_the_others(cli, tmp_path: Path) -
     assert_plot_drawn(tmp_path / "out" / "curves.png")
 
 
-def test_until_cuts_every_label_at_one_number_of_agent_steps(cli, tmp_path: Path) -> None:
+def test_until_cuts_every_label_at_one_number_of_agent_steps(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # A 1M run beside 500k runs: the longer one's tail would stretch the plot and leave the others a corner of it.
     for label, scores in (("long", [1.0, 3.0, 5.0, 7.0]), ("short", [2.0, 4.0])):
         run = tmp_path / label / "seed1"
         with GamesCsv(run / "games.csv", keep=0) as games:
             games.append([(100 * (i + 1), i + 1, s, 10, False) for i, s in enumerate(scores)])
         (run / "summary.json").write_text(json.dumps({"env_steps": 100 * len(scores)}))
-    result = cli.run("experiments.curves", "--runs", f"long={tmp_path / 'long'}", "--runs", f"short={tmp_path / 'short'}",
+    result = curves_read(capsys, "--runs", f"long={tmp_path / 'long'}", "--runs", f"short={tmp_path / 'short'}",
                      "--grid", "100", "--window", "2", "--budgets", "200", "400", "--until", "300", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-3000:]
     # long at 200: mean(1, 3) = 2; short covers only 200 steps, so its 300 is blank; nothing past 300, 400 included.
@@ -140,10 +142,12 @@ def test_until_cuts_every_label_at_one_number_of_agent_steps(cli, tmp_path: Path
     (["--budget", "2000", "--total-env-steps", "1000"], "error: --budget 2000: expected at most --total-env-steps 1000"),
     (["--jobs", "0"], "error: --jobs 0: expected an integer from 1 to "),
 ])
-def test_curves_bad_input_is_one_line_and_exit_2(cli, args: list[str], expected: str, tmp_path: Path) -> None:
-    result = cli.run("experiments.curves", *args, "--out", str(tmp_path / "out"))
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(expected), result.stderr
+def test_curves_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], expected: str,
+                                                 tmp_path: Path) -> None:
+    # Refused before anything starts, so main(argv) in this process; the real command's exit 2 on a
+    # crafted run folder is tests/test_attacks_run_folder.py's.
+    assert refused_in_process(capsys, [*args, "--out", str(tmp_path / "out")], main=curves_main).startswith(expected)
+    assert not (tmp_path / "out").exists()
 
 
 def test_two_labels_get_a_two_sided_test_column() -> None:
@@ -161,7 +165,7 @@ def test_two_labels_get_a_two_sided_test_column() -> None:
     assert "B − A" not in table([a], [100])
 
 
-def test_a_pbt_population_is_drawn_beside_fixed_seeds_at_equal_agent_steps(cli, tmp_path: Path) -> None:
+def test_a_pbt_population_is_drawn_beside_fixed_seeds_at_equal_agent_steps(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # As experiments.pbt lays a population out: <name>/pbt-…/population.json naming the members,
     # whose runs sit beside it as <name>/<run uuid>/ (an exploit leaves each member's own games.csv,
     # counted in its own agent steps, which every member takes in step with the others).
@@ -175,7 +179,7 @@ def test_a_pbt_population_is_drawn_beside_fixed_seeds_at_equal_agent_steps(cli, 
             with GamesCsv(run / "games.csv", keep=0) as games:
                 games.append([(100 * (i + 1), i + 1, s, 10, False) for i, s in enumerate(scores)])
             (run / "summary.json").write_text(json.dumps({"env_steps": 300}))
-    result = cli.run("experiments.curves", "--runs", f"pbt={population}", "--runs", f"fixed={tmp_path / 'fixed'}",
+    result = curves_read(capsys, "--runs", f"pbt={population}", "--runs", f"fixed={tmp_path / 'fixed'}",
                      "--grid", "100", "--window", "2", "--budgets", "200", "300", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-3000:]
     # At 200 agent steps a run (400 for each side's two): pbt mean(2, 6) = 4 and mean(4, 8) = 6; fixed 1 and 2.

@@ -13,7 +13,7 @@ from experiments.run.games_csv import CELLS, COLUMNS, ROW, GameRow, GamesCsv, re
 from experiments.run.updates_csv import read_updates
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import run_once
-from tests.curves_support import OTHER_MACHINE
+from tests.curves_support import OTHER_MACHINE, curves_read
 from tests.test_experiment import summary_of
 
 # 2 games × 64 steps = 128 agent steps per update; a schedule of 1,050 steps is 8 updates, ending at 1,024.
@@ -108,7 +108,7 @@ def test_a_resumed_run_writes_the_same_games_csv_as_an_uninterrupted_one(cli, tm
      "records of strings (of 200 characters at most)"),
 ])
 def test_a_run_resumed_on_another_machine_records_both_and_curves_says_so(
-        cli, tmp_path: Path, record: list, expected_first: dict, warning: str | None) -> None:
+        cli, capsys: pytest.CaptureFixture[str], tmp_path: Path, record: list, expected_first: dict, warning: str | None) -> None:
     part = run_once(cli, tmp_path / "runs", *FIRST_HALF)  # 4 updates, 512 agent steps
     checkpoint = Path(part["checkpoint"])
     state = load_checkpoint(checkpoint)
@@ -125,8 +125,8 @@ def test_a_run_resumed_on_another_machine_records_both_and_curves_says_so(
     if warning:  # what curves says of two records is the same for any two (curves.machines_note): read once
         return
 
-    curves = cli.run("experiments.curves", "--runs", f"mixed={tmp_path / 'runs'}", "--grid", "256", "--window", "1",
-                     "--out", str(tmp_path / "out"))
+    curves = curves_read(capsys, "--runs", f"mixed={tmp_path / 'runs'}", "--grid", "256", "--window", "1",
+                         "--out", str(tmp_path / "out"))
     assert curves.returncode == 0, curves.stderr[-3000:]
     assert "note: these runs were not all made on one recorded machine (" in curves.stdout
     assert f"cpu {expected_first['cpu']}" in curves.stdout and f"cpu {part['machines'][0]['cpu']}" in curves.stdout

@@ -1,5 +1,5 @@
-"""Fixtures: a dashboard per test module, a finished probe run, a process-leak check, and one
-Chromium for the session's browser tests."""
+"""Fixtures: a dashboard (one per pytest process, or the module's own), a finished probe run, a
+process-leak check, and one Chromium for the session's browser tests."""
 
 from __future__ import annotations
 
@@ -57,8 +57,28 @@ def described(pids: set[int]) -> list[str]:
     return found
 
 
+@pytest.fixture(scope="session")
+def shared_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    """One dashboard for every test module of this pytest process (each xdist worker has its own)
+    that only adds runs of its own, under fresh uuids, and reads them back by their uuid."""
+    d = Dashboard(tmp_path_factory.mktemp("shared-dashboard-data"))
+    try:
+        yield d.wait_ready()
+    finally:
+        d.kill()
+
+
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+def dashboard(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    """The worker's shared dashboard, or one of the module's own where the module sets
+    FRESH_DASHBOARD: one whose tests need its store to hold their runs alone (a runs list clicked
+    through in a browser, a file of the store measured), or attack the server in ways that could
+    leave it broken for the modules after them."""
+    if not getattr(request.module, "FRESH_DASHBOARD", False):
+        shared: Dashboard = request.getfixturevalue("shared_dashboard")
+        assert shared.proc.poll() is None, f"the shared dashboard has ended (exit {shared.proc.returncode}):\n{shared.output[-3000:]}"
+        yield shared
+        return
     d = Dashboard(tmp_path_factory.mktemp("dashboard-data"))
     try:
         yield d.wait_ready()

@@ -1,12 +1,14 @@
 """Runs side by side: `GET /api/v1/compare` answers what real runs sent (their updates.csv, exactly),
 refuses bad queries with one line, and the comparison page draws one curve per run in Chromium.
 
-Two tiny seeds are trained by `experiments.curves --jobs 2 --dashboard URL` (which prints their
-comparison page's address); a probe run takes a live change."""
+Two tiny seeds are trained by `experiments.curves --jobs 2 --dashboard URL`, which draws their curves
+and prints their comparison page's address (the one test of curves training seeds to their end:
+tests/test_curves_runs.py stops them); a probe run takes a live change."""
 
 from __future__ import annotations
 
 import base64
+import csv
 import json
 import math
 import re
@@ -16,14 +18,22 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+from uuid import uuid4
 
 import pytest
 from browser import CHROMIUM, Chromium
 from compare_page import click, ema, exported_csv, mouse, point_at, wait
-from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, ProbeRun, Process
+from dashboard_support import REPO, RUN_LIMIT_S, Dashboard, ProbeRun, Process, child_env
 
 from experiments.run.games_csv import read_games
 from experiments.run.updates_csv import read_updates
+from tests.conftest import wait_until_no_processes
+from tests.curves_support import assert_plot_drawn
+from tests.zygote import MARK
+
+# A dashboard of this module's own (tests/dashboard/conftest.py): its runs list is clicked through in a
+# browser, where other modules' runs would push its rows off the screen.
+FRESH_DASHBOARD = True
 
 # 2 games × 32 steps = 64 agent steps an update, 5 updates; short games give a score early.
 TINY = ["--backend", "serial", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "32",
@@ -33,14 +43,18 @@ PAGE_LIMIT_S = 60.0
 
 @pytest.fixture(scope="module")
 def seeds(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Seeds 1 and 2, trained at once by curves, reporting to the module's dashboard."""
+    """Seeds 1 and 2, trained at once by curves, reporting to the module's dashboard; curves draws
+    them too (its out folder is `out`). Its processes carry a marker of their own, so that what is
+    left of them once it has ended is found (`left`)."""
     out = tmp_path_factory.mktemp("curves")
+    marker = uuid4().hex
     curves = Process([sys.executable, "-m", "experiments.curves", "--seeds", "1", "2", "--jobs", "2",
-                      "--total-env-steps", "320", "--budget", "320", "--grid", "64", "--budgets", "320",
-                      "--out", str(out), *TINY, "--dashboard", dashboard.url], cwd=REPO)
+                      "--total-env-steps", "320", "--budget", "320", "--grid", "64", "--window", "5", "--budgets", "256", "320",
+                      "--out", str(out), *TINY, "--dashboard", dashboard.url], cwd=REPO, env={**child_env(), MARK: marker})
     assert curves.wait() == 0, curves.output[-3000:]
     dirs = [next((out / "runs" / "project" / f"seed{seed}" / "project").iterdir()) for seed in (1, 2)]
-    return {"output": curves.lines, "dirs": dirs, "uuids": [d.name for d in dirs]}
+    return {"output": curves.lines, "dirs": dirs, "uuids": [d.name for d in dirs], "out": out,
+            "left": wait_until_no_processes(marker)}
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +83,17 @@ def compare(dashboard: Dashboard, runs: list[str], metric: str | None = None) ->
 
 
 @pytest.mark.slow
-def test_curves_prints_the_comparison_page_of_the_runs_it_trained(dashboard: Dashboard, seeds: dict[str, Any]) -> None:
+def test_curves_trains_seeds_draws_them_and_prints_their_comparison_page(dashboard: Dashboard, seeds: dict[str, Any]) -> None:
+    out = seeds["out"]
+    rows = list(csv.DictReader((out / "curves.csv").open()))
+    assert {r["label"] for r in rows} == {"project"}
+    assert [int(r["env_step"]) for r in rows] == sorted(int(r["env_step"]) for r in rows)
+    assert all(float(r["min"]) <= float(r["mean"]) <= float(r["max"]) for r in rows)
+    assert max(int(r["seeds"]) for r in rows) == 2 and int(rows[-1]["env_step"]) == 320  # each seed to its budget
+    table = (out / "table.md").read_text()
+    assert "| 256 |" in table and "| 320 |" in table and seeds["output"][0].startswith("curves: project seed 1")
+    assert_plot_drawn(out / "curves.png")
+    assert seeds["left"] == []  # curves and its runs are gone, none left behind
     a, b = seeds["uuids"]
     assert seeds["output"][-1] == f"curves: compare the 2 runs on the dashboard: {dashboard.url}/compare?runs={a},{b}"
 

@@ -30,6 +30,10 @@ from http_support import (
     track_path,
 )
 
+# A dashboard of this module's own (tests/dashboard/conftest.py): attacks that, were one to break the
+# server, must not fail other modules.
+FRESH_DASHBOARD = True
+
 # 3. Lasting denial of service
 
 

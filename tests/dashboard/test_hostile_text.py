@@ -16,6 +16,10 @@ from typing import Any
 import pytest
 from dashboard_support import Dashboard, run_tool
 
+# A dashboard of this module's own (tests/dashboard/conftest.py): hostile statuses and names are stored,
+# which must not reach other modules' pages.
+FRESH_DASHBOARD = True
+
 # Clears the screen, homes the cursor, retitles the window, then a carriage return and a line of
 # its own that would look like ours.
 HOSTILE = "completed\x1b[2J\x1b[H\x1b]0;owned\x07\rqueued: learning_rate=0.01\n\x9b31m\u202e"

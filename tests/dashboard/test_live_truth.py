@@ -11,6 +11,10 @@ from typing import Any
 import pytest
 from dashboard_support import Dashboard, run_tool
 
+# A dashboard of this module's own (tests/dashboard/conftest.py): the size of the store's hyperparams.json
+# is measured, which other modules' runs would change.
+FRESH_DASHBOARD = True
+
 DECLARED = {"type": "DynamicSchedule", "default": 2.5e-4, "range": [0.0, 1e-2], "dynamic_type": "float"}
 EPOCHS = {"type": "DynamicSchedule", "default": 4, "range": [1, 16], "dynamic_type": "int"}
 

@@ -25,6 +25,10 @@ from test_live_run import series_of
 
 from tests.chaos import worker_pids
 
+# A dashboard of this module's own (tests/dashboard/conftest.py): its runs list is read in a browser, and
+# the server's whole log is read for page views.
+FRESH_DASHBOARD = True
+
 PAGE_LIMIT_S = 120.0
 # Short games (200 frames = 50 agent steps, then truncated) give the run a score within its first
 # updates; --max-worker-restarts 0 makes one killed worker a fault.

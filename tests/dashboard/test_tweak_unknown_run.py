@@ -18,6 +18,10 @@ from test_run_truth import FIRST_LEG
 from experiments.tweak import main as tweak_main
 from tests.conftest import Cli, refused_in_process, run_once
 
+# A dashboard of this module's own (tests/dashboard/conftest.py): a copy of test_run_truth.py's run (the
+# same uuid) must be unknown to it.
+FRESH_DASHBOARD = True
+
 # Where a run reported is all that matters here: its 2 games step in the trainer's own process.
 TINY = ["--updates", "1", "--backend", "serial", "--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "16",
         "--minibatches", "2", "--epochs", "1"]
