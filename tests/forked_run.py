@@ -11,7 +11,10 @@ the run a zombie until the test has read it, as a Popen parent would.
 A run is forked only where that cannot change what it does: the environment must be the one the
 zygote started with (the libraries read some of it once, at import), apart from variables read
 only at run time (RUN_TIME_ONLY). Anything else starts a plain interpreter, as does
-BREAKOUT_TESTS_NO_ZYGOTE=1 for the whole session."""
+BREAKOUT_TESTS_NO_ZYGOTE=1 for the whole session.
+
+A forked run finds its zygote's socket in SHARED, so that a run that starts runs of its own (the
+chaos harness, tests/chaos.py) forks them from the same zygote instead of paying the imports again."""
 
 from __future__ import annotations
 
@@ -30,11 +33,13 @@ from typing import Any
 
 from tests.zygote import BOOT, MARK, MESSAGE_BYTES
 
+SHARED = "BREAKOUT_TESTS_ZYGOTE"
+
 REPO = Path(__file__).resolve().parents[1]
 # PYTHONBREAKPOINT is read at each breakpoint() call, not at start-up; ray.init sets it in the
 # pytest process whenever a test starts a private Ray there.
 # TORCHINDUCTOR_CACHE_DIR, which torch sets in the pytest process on first use, is read at use too.
-RUN_TIME_ONLY = frozenset({MARK, "PYTEST_CURRENT_TEST", "HOLD_FILE", "HOLD_UNTIL", "PYTHONBREAKPOINT",
+RUN_TIME_ONLY = frozenset({MARK, SHARED, "PYTEST_CURRENT_TEST", "HOLD_FILE", "HOLD_UNTIL", "SIGTERM_TO", "PYTHONBREAKPOINT",
                            "TORCHINDUCTOR_CACHE_DIR"})
 # Read only by libraries the zygote never imports (Ray, labml-app: tests/zygote.py checks), and set
 # in the pytest process itself by a private Ray or a dashboard a test starts there.
@@ -64,7 +69,13 @@ class Zygote:
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
 
+    def lent(self) -> bool:
+        """Whether this process was forked by a zygote that still serves (see SHARED)."""
+        return self.process is None and os.path.exists(os.environ.get(SHARED, "") or "/nonexistent")
+
     def socket_path(self) -> str:
+        if self.lent():
+            return os.environ[SHARED]
         if self.process is None:
             self.folder = tempfile.mkdtemp(prefix="zygote-")
             path = os.path.join(self.folder, "socket")
@@ -166,11 +177,12 @@ class ForkedPopen(subprocess.Popen):
                        creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
                        restore_signals, gid, gids, uid, umask_, start_new_session, process_group) -> None:
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
-        request = {"mode": args[1], "target": args[2], "args": list(args[3:]), "env": dict(env or os.environ),
+        path = ZYGOTE.socket_path()
+        request = {"mode": args[1], "target": args[2], "args": list(args[3:]), "env": dict(env or os.environ, **{SHARED: path}),
                    "cwd": os.path.abspath(cwd or os.getcwd()), "umask": umask(), "new_session": bool(start_new_session)}
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            connection.connect(ZYGOTE.socket_path())
+            connection.connect(path)
             socket.send_fds(connection, [json.dumps(request).encode()], fds)
             reply = connection.recv(MESSAGE_BYTES)
             assert reply, "the zygote ended without forking the run"

@@ -17,6 +17,7 @@ from experiments.evaluate import main as evaluate_main
 from experiments.run.folder_checks import DEAD_WRITERS_FILES, remove_dead_writers_files
 from experiments.run.folders import checkpoint_path, checkpoint_paths, rotate_in
 from ppo.checkpoint import load_checkpoint, save_checkpoint
+from tests import forked_run
 from tests.conftest import REPO, refused_in_process
 from tests.run_safety_support import (
     PER_UPDATE,
@@ -183,9 +184,9 @@ sys.exit(main(sys.argv[1:]))
 
 def test_a_kill_9_mid_checkpoint_leaves_a_temp_file_the_resume_removes(cli, tmp_path: Path) -> None:
     data_dir = tmp_path / "runs"
-    killed = subprocess.run([sys.executable, "-c", KILLED_MID_CHECKPOINT, "--updates", "3", *TINY, "--checkpoint-every", "1",
-                             "--data-dir", str(data_dir)], cwd=REPO, env=cli.env(), capture_output=True, text=True,
-                            timeout=300, start_new_session=True)
+    killed = forked_run.run([sys.executable, "-c", KILLED_MID_CHECKPOINT, "--updates", "3", *TINY, "--checkpoint-every", "1",
+                             "--data-dir", str(data_dir)], cwd=REPO, env=cli.env(), text=True, timeout=300,
+                            start_new_session=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert cli.leftovers() == []  # the workers saw their trainer go
     (run_dir,) = data_dir.glob("breakout/*")

@@ -29,6 +29,7 @@ from experiments.run.labml.console import console_through
 from experiments.run.progress import ProgressLine
 from experiments.run.report import NOT_CARRIED, changed_options, next_commands
 from ppo.checkpoint import load_checkpoint
+from tests import forked_run
 from tests.conftest import REPO, wait_for_file
 
 TINY = ["--n-workers", "2", "--worker-steps", "16", "--minibatches", "2", "--epochs", "1"]
@@ -175,7 +176,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_a_second_ctrl_c_names_the_checkpoint_it_will_resume_from(cli, tmp_path: Path) -> None:
-    process = subprocess.Popen([sys.executable, "-c", HELD_AFTER_A_CHECKPOINT, "--updates", "5", *TINY,
+    process = forked_run.popen([sys.executable, "-c", HELD_AFTER_A_CHECKPOINT, "--updates", "5", *TINY,
                                 "--checkpoint-every", "1", "--data-dir", str(tmp_path)],
                                cwd=REPO, env=dict(cli.env(), HOLD_FILE=str(tmp_path / "held")),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -218,9 +219,8 @@ sys.exit(main(sys.argv[1:]))
 def test_on_a_terminal_a_live_change_is_a_line_of_its_own(cli, tmp_path: Path) -> None:
     leader, follower = pty.openpty()
     ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))  # a 200-column terminal
-    process = subprocess.Popen([sys.executable, "-c", LIVE_CHANGE, "--updates", "3", *TINY, "--data-dir", str(tmp_path)],
-                               cwd=REPO, env=cli.env(), stdin=follower, stdout=follower,
-                               stderr=follower, close_fds=True)
+    process = forked_run.popen([sys.executable, "-c", LIVE_CHANGE, "--updates", "3", *TINY, "--data-dir", str(tmp_path)],
+                               cwd=REPO, env=cli.env(), stdin=follower, stdout=follower, stderr=follower)
     os.close(follower)
     raw = b""
     while True:

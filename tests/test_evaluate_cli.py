@@ -15,6 +15,7 @@ import torch
 
 from experiments.evaluate import main
 from ppo.evaluation import DEFAULT_GREEDY_EPSILON
+from tests import forked_run
 from tests.conftest import Cli, run_once
 from tests.film_checks import assert_browser_playable, read_film
 from tests.test_experiment import SMOKE
@@ -25,8 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("labml_app_url", None)  # never send the test run to a dashboard
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return forked_run.run([sys.executable, "-m", *args], cwd=REPO, env=env, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

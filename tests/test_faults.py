@@ -19,6 +19,7 @@ from game.vector import PipePool, RestartPolicy, WorkerKeepsFailing, game_specs
 from ppo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer
+from tests import forked_run
 from tests.conftest import REPO, Cli, refused_in_process, run_once, wait_for_file
 from tests.process_table import is_alive
 from tests.test_experiment import TINY, summary_of
@@ -120,7 +121,7 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
         f"try:\n    save_checkpoint(Path({str(path)!r}), {{'model': {{'w': torch.zeros(250_000)}}, 'config': {{}}, 'update': 2}})\n"
         "except CheckpointError as e:\n    print('refused:', e)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = forked_run.run([sys.executable, "-c", code], cwd=REPO, text=True, timeout=600)
     assert "refused: could not write checkpoint" in result.stdout and "previous checkpoint is intact" in result.stdout, result.stderr
     assert load_checkpoint(path)["update"] == 1
     assert [p.name for p in path.parent.iterdir()] == ["checkpoint.pt"]  # no temp file left behind
@@ -333,8 +334,8 @@ def test_workers_outlive_a_group_sigterm_but_never_the_trainer(cli) -> None:
     """Workers ignore SIGTERM (item 8 of the security issue), so the exit of a trainer that never
     closed its pool must end them some other way than multiprocessing's SIGTERM-then-join."""
     script = "import signal; signal.signal(signal.SIGTERM, lambda *_: None)\n" + UNCLOSED_POOL  # the trainer handles it
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=cli.env(), capture_output=True, text=True,
-                            timeout=120, start_new_session=True)
+    result = forked_run.run([sys.executable, "-c", script], cwd=REPO, env=cli.env(), text=True, timeout=120,
+                            start_new_session=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(json.loads(result.stdout)) == 2
     assert cli.leftovers() == []

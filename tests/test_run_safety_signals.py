@@ -16,6 +16,7 @@ import torch
 
 from experiments.run.folders import checkpoint_paths
 from ppo.checkpoint import load_checkpoint
+from tests import forked_run
 from tests.conftest import REPO, run_once
 from tests.run_safety_support import PER_UPDATE
 from tests.test_experiment import TINY, summary_of
@@ -63,9 +64,9 @@ def test_sigterm_mid_update_abandons_it_and_the_resume_stays_exact(cli, tmp_path
     assert sorted(p.name for p in kept[0].parent.iterdir()) == sorted(p.name for p in kept)
     assert [load_checkpoint(p)["update"] for p in kept] == [4, 3, 2]
 
-    split = subprocess.run([sys.executable, "-c", STOP_MID_UPDATE, *args, "--data-dir", str(tmp_path / "split")],
-                           cwd=REPO, env=dict(cli.env(), SIGTERM_TO=sent_to), capture_output=True, text=True,
-                           timeout=300, start_new_session=True)  # its own group: the signal spares pytest
+    split = forked_run.run([sys.executable, "-c", STOP_MID_UPDATE, *args, "--data-dir", str(tmp_path / "split")],
+                           cwd=REPO, env=dict(cli.env(), SIGTERM_TO=sent_to), text=True, timeout=300,
+                           start_new_session=True)  # its own group: the signal spares pytest
     assert split.returncode == 128 + signal.SIGTERM, split.stderr[-3000:]
     interrupted = summary_of(split.stdout)
     assert interrupted["worker_restarts"] == 0 and "replaced" not in split.stderr, split.stderr[-3000:]
@@ -125,7 +126,7 @@ def test_a_sigterm_during_start_up_is_one_message_and_leaves_nothing(cli, tmp_pa
     """16 workers on this machine take seconds to start. TERM to the whole group once the run has
     printed its first line (labml set up, the workers starting) used to end in exit 143 with 32
     BrokenPipeError tracebacks and no word of what was kept."""
-    process = subprocess.Popen([sys.executable, "-m", "experiments.breakout", "--n-workers", "16", "--updates", "2",
+    process = forked_run.popen([sys.executable, "-m", "experiments.breakout", "--n-workers", "16", "--updates", "2",
                                 "--worker-steps", "16", "--minibatches", "2", "--epochs", "1", "--data-dir", str(tmp_path)],
                                cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
