@@ -272,6 +272,8 @@ def _run(population: Population, address: str | None) -> int:
             say(error_line(str(e)))
             code = 1
         finally:
+            if private is not None:  # every member has ended or been stopped: none reports to it any more
+                private.ask_to_stop()  # so it stops while Ray does, not after
             stop_ray()  # a private instance stops; a cluster is only disconnected from
     if not population.private_dashboard and population.generation > 0:  # a private one has stopped with it
         say_comparison(population)
