@@ -19,6 +19,7 @@ from dashboard.client import DashboardError, get_hyperparams
 from experiments.run.folders import RunFolder, checkpoint_path
 from game.vector.ray_actors import ray_installed
 from ppo.checkpoint import read_checkpoint
+from tests import forked_run
 from tests.conftest import REPO, Cli
 from tests.pbt_support import TINY, rows_of, run_dir_of, stop_for_good, wait_for
 
@@ -46,7 +47,8 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
     data = tmp_path_factory.mktemp("pbt-long") / "runs"
     cli = Cli()
     args = [sys.executable, "-m", "experiments.pbt", "--population", "2", "--interval", str(UPDATES // 2), *LONG, "--data-dir", str(data)]
-    process = subprocess.Popen(args, cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # Forked from the zygote (its imports done once), in a session of its own as a service's would be.
+    process = forked_run.popen(args, cwd=REPO, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     try:
         state_file = wait_for(lambda: next(data.glob("breakout/pbt-*/population.json"), None), process, "population.json")

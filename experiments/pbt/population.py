@@ -104,6 +104,7 @@ class PrivateDashboard:
     def __init__(self, data: Path, runs_dir: Path) -> None:
         self.data, self.runs_dir = data, runs_dir
         self.process: subprocess.Popen[bytes] | None = None
+        self.asked = False  # to stop (SIGTERM sent)
         self.url = ""
 
     def __enter__(self) -> PrivateDashboard:
@@ -138,9 +139,16 @@ class PrivateDashboard:
                 return self
         raise RuntimeError(f"the population's dashboard did not start: {escaped(said[-1] if said else '(it said nothing)')}")
 
-    def __exit__(self, *exc: object) -> None:
-        if self.process is not None and self.process.poll() is None:
+    def ask_to_stop(self) -> None:
+        """SIGTERM, once (a second one cuts its graceful stop short), without waiting: its shutdown
+        then overlaps whatever the population stops next."""
+        if self.process is not None and not self.asked and self.process.poll() is None:
             self.process.terminate()
+            self.asked = True
+
+    def __exit__(self, *exc: object) -> None:
+        self.ask_to_stop()
+        if self.process is not None:
             try:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
