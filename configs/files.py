@@ -12,24 +12,18 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes, *, private: bool = True) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so that readers and crashes only ever see a whole file.
 
     The bytes go to a temp file in the same folder (a rename across filesystems is not atomic),
     are fsynced (without it a power loss can leave the renamed file empty on some filesystems),
     and only then renamed over `path`; the folder is fsynced so the rename itself is durable.
     On any error the temp file is removed and the old `path` is untouched.
-
-    The file is the user's alone (mode 0600, as the temp file is made) unless `private` is False:
-    then it gets the mode `open` would give a new file (0666 less the umask), for results meant to
-    be shared like any other file the user writes.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            if not private:
-                os.fchmod(fd, 0o666 & ~_umask())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -49,13 +43,3 @@ def fsync_folder(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def _umask() -> int:
-    """This process's umask, read without setting it (os.umask can only read it by changing it,
-    which would race with other threads creating files); 0o022 where /proc does not say."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    return 0o022

@@ -205,7 +205,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
     writer.writeheader()
     for rank, r in enumerate(rows, 1):
         writer.writerow({**r, "rank": rank, SCORE: r.get("score")})
-    atomic_write(path, text.getvalue().encode(), private=False)  # a sweep stopped mid-write leaves the last one whole
+    atomic_write(path, text.getvalue().encode())  # whole or not at all; private (0600) like the lineage and summaries
 
 
 def print_comparison(dashboard: str | None, rows: list[dict[str, Any]]) -> None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import stat
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -113,16 +110,3 @@ def test_the_value_clip_of_an_update_follows_the_one_rule(options: dict[str, obj
                                                           expected: float | None) -> None:
     # The trainer's schedule and the benchmark's training step both take their value clip from here.
     assert validate(PPOConfig(**options)).value_clip_for(policy_clip) == expected  # type: ignore[arg-type]
-
-
-def test_an_atomic_write_is_private_unless_asked_and_then_follows_the_umask(tmp_path: Path) -> None:
-    from configs.files import atomic_write
-
-    previous = os.umask(0o027)  # this test's own process: no other thread of ours creates files now
-    try:
-        atomic_write(tmp_path / "checkpoint.json", b"{}")
-        atomic_write(tmp_path / "trials.csv", b"rank\n", private=False)
-    finally:
-        os.umask(previous)
-    assert stat.S_IMODE((tmp_path / "checkpoint.json").stat().st_mode) == 0o600
-    assert stat.S_IMODE((tmp_path / "trials.csv").stat().st_mode) == 0o640  # 0666 less the umask 027
