@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -79,13 +80,11 @@ def check_data_dir_seen(data_dir: str) -> None:
 
 def _this_node() -> str:
     """`<ip>/<node id prefix>` of the Ray node this task runs on (nodes of one machine share an ip)."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:12]}"
-    except ImportError:
-        pass
+    # Never imported here: a Ray worker has it already, and an import before a private Ray's start
+    # would make that Ray listen beyond loopback (game/vector/private_ray.py refuses to start then).
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:12]}"
     return os.uname().nodename  # not in a Ray worker: the host is all there is to name
 
 

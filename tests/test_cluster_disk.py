@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,11 +87,15 @@ def test_a_member_or_trial_whose_node_cannot_see_the_data_folder_refuses_before_
     data.mkdir()
     (data / f"{PREFIX}{'a' * 16}").write_text("b" * 32)  # another driver's marker, same name prefix
     monkeypatch.setenv(VARIABLE, "a" * 32)
+    ray_before = sys.modules.get("ray")
     for call in (run_member, run_trial):
         with pytest.raises(DataDirNotShared) as refused:
             call({"data_dir": str(data)}, "c" * 32, "member 0")
         assert str(refused.value) == refusal(data, "", node=os.uname().nodename)  # no Ray here: the host is named
     assert sorted(p.name for p in data.iterdir()) == [f"{PREFIX}{'a' * 16}"]
+    # Naming the node imports no Ray: imported here, it would make this process's next private Ray
+    # refuse to start (it would listen beyond loopback), as every in-process Ray test after this did.
+    assert sys.modules.get("ray") is ray_before
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 120) -> bool:
