@@ -51,7 +51,7 @@ from experiments.sweep_resume import argv_of, go_on_command, lost_line, resumed_
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
 from game.vector.private_ray import cluster_refusal, join_ray_cluster, ray_refusal, start_private_ray, stop_ray
-from game.vector.ray_cluster import head_lost, watch_head
+from game.vector.ray_cluster import head_lost, lost_now, watch_head
 
 PROG = "python -m experiments.sweep"
 REPO = Path(__file__).resolve().parents[1]
@@ -147,6 +147,17 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
         for ref in running:  # Ctrl-C or an error here: stop what still runs (checkpoints stay)
             ray.cancel(ref, force=True)
     return rows
+
+
+def stop_if_lost_with_the_head(rows: list[dict[str, Any]], address: str | None) -> None:
+    """The sweep ended as a lost head ends it (KeyboardInterrupt, `head_lost()` true) when its failed
+    trials' workers went with the head and Ray said so before the head's watcher looked: those
+    trials were lost, not failed, and go on with --resume like the others."""
+    if any(r.get("status") == "failed" for r in rows) and lost_now(address):
+        for row in rows:
+            if row.get("status") == "failed":
+                row["status"] = "lost"
+        raise KeyboardInterrupt
 
 
 def _record(ray: Any, row: dict[str, Any], ref: Any) -> str | None:
@@ -303,6 +314,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             return 2
         with mark:  # written before any trial is submitted; removed at the end
             rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log, csv_path.stem, rows, done))
+        stop_if_lost_with_the_head(rows, address)
     except DataDirNotShared as e:  # the other trials were stopped (checkpoints kept); finished ones stay in the CSV
         write_csv(csv_path, sorted_rows(rows), names)
         print(error_line(str(e)), file=sys.stderr, flush=True)

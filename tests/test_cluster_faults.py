@@ -256,12 +256,12 @@ def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_t
     assert start_out == "" and "Traceback" not in start_err, start_err[-3000:]
     go_on = " ".join(["python -m experiments.sweep", *sweep_args[:-len(TINY) - 2], *TINY, "--resume", str(tmp_path / "sweep.csv")])
     assert [line for line in sweep_err.splitlines() if "was lost" in line] == [
-        f"sweep: the Ray cluster at {address} was lost (its head); 0 of 1 trials completed and are kept; go on with: {go_on}"]
+        f"sweep: the Ray cluster at {address} was lost (its head); 0 of 1 trials completed and are kept; go on with: {go_on}"], sweep_err[-3000:]
     folder = Path(pbt_out.strip())
     assert folder.name == "lineage.csv"
     assert [line for line in pbt_err.splitlines() if "was lost" in line] == [
         f"pbt: the Ray cluster at {address} was lost (its head); every member's last checkpoint is kept; go on with: "
-        f"python -m experiments.pbt --resume {folder.parent} --ray-address {address}"]
+        f"python -m experiments.pbt --resume {folder.parent} --ray-address {address}"], pbt_err[-3000:]
     resume = f"python -m experiments.breakout --resume {train_run} --data-dir {runs}"
     assert [line for line in train_err.splitlines() if "was lost" in line] == [
         f"train: the Ray cluster at {address} was lost (its head); the run's last checkpoint (update 1) is kept; go on with: "

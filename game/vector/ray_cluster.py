@@ -190,6 +190,15 @@ def head_lost() -> bool:
     return _head_lost.is_set()
 
 
+def lost_now(address: str | None) -> bool:
+    """Whether the head at `address` is gone, looked at now: for a driver whose tasks ended with
+    Ray's errors for a lost node, which can come before the watcher's next look. Once seen here,
+    the watcher sends no Ctrl-C."""
+    if address is not None and not _head_lost.is_set() and head_refuses(address):
+        _head_lost.set()
+    return _head_lost.is_set()
+
+
 def head_refuses(address: str) -> bool:
     """Whether the head's GCS port at `address` refuses a connection now: the head is gone (a slow
     answer is a busy head, not a lost one)."""
