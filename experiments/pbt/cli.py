@@ -280,20 +280,11 @@ def _run(population: Population, address: str | None) -> int:
             code = 1
         finally:
             mark.remove()
-            _stop_ray_and(private)
+            stop_ray()  # a private instance stops; a cluster is only disconnected from
     if not population.private_dashboard and population.generation > 0:  # a private one has stopped with it
         say_comparison(population)
     print(lineage, flush=True)
     return code
-
-
-def _stop_ray_and(private: PrivateDashboard | None) -> None:
-    """Ray stopped (a private instance; a cluster is only disconnected from) and the population's
-    private dashboard with it: every member has ended or been stopped, so none reports to the
-    dashboard any more, and it is asked first so that it stops while Ray does, not after."""
-    if private is not None:
-        private.ask_to_stop()
-    stop_ray()
 
 
 def say_comparison(population: Population) -> None:
