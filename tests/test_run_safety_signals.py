@@ -8,13 +8,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from experiments.run.console import Console
 from experiments.run.folders import checkpoint_paths
+from experiments.run.stopping import BEFORE_TRAINING, GracefulStop
 from ppo.checkpoint import load_checkpoint
 from tests import forked_run
 from tests.conftest import REPO, run_once
@@ -120,6 +123,36 @@ def _processes_of_group(pgid: int) -> list[str]:
         except (OSError, IndexError, ValueError):
             continue
     return found
+
+
+def test_a_signal_during_a_message_is_said_right_after_it_not_into_it() -> None:
+    """The TERM that hung a run for good (1 start in 32 under load, once in CI): it came while the
+    run printed its first lines, and the handler's own message waited on the lock that labml's
+    console capture held for that print, in the same thread. The stream here holds a lock as
+    labml's does, and the signal arrives inside the first write."""
+    written: list[str] = []
+    lock = threading.Lock()
+
+    class CapturedStream:
+        def write(self, text: str) -> None:
+            assert lock.acquire(timeout=30), "a message was written from inside another one"
+            try:
+                if not written:
+                    signal.raise_signal(signal.SIGTERM)  # its Python handler runs before this returns
+                written.append(text)
+            finally:
+                lock.release()
+
+        def flush(self) -> None:
+            pass
+
+    console = Console(CapturedStream())  # type: ignore[arg-type]
+    with GracefulStop(BEFORE_TRAINING, console.say) as stop:
+        console.say("breakout run 1 in runs/breakout/1")
+    assert stop.requested == "SIGTERM"
+    assert "".join(written).splitlines() == [
+        "breakout run 1 in runs/breakout/1",
+        f"SIGTERM received: {BEFORE_TRAINING} (send it again to stop at once)"]
 
 
 def test_a_sigterm_during_start_up_is_one_message_and_leaves_nothing(cli, tmp_path: Path) -> None:

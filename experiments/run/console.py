@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -46,13 +47,35 @@ def shown(path: Path | str) -> str:
 
 
 class Console:
-    """Where a run's messages go: `stream`, above the progress line while one is shown."""
+    """Where a run's messages go: `stream`, above the progress line while one is shown.
+
+    A signal handler says things too (stopping.py), and Python runs it in the main thread between
+    two steps of whatever it was doing, possibly in the middle of another message. Written there
+    and then, it would re-enter the write in progress: labml's console capture holds a lock while
+    it copies each write, so the run would wait on itself forever (a TERM while the run printed its
+    first lines did). A message that arrives during another is written right after it instead."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.above: Callable[[str], None] | None = None  # set by the progress line while it is shown
+        self._queued: deque[str] = deque()
+        self._writing = False
 
     def say(self, message: str) -> None:
+        self._queued.append(message)
+        if self._writing:  # a handler interrupted a message: the outer call writes this one next
+            return
+        # Race-free between bytecodes: a message queued after the inner loop's last look is seen by
+        # the outer one, and one that comes after `_writing` is cleared writes itself.
+        while self._queued:
+            self._writing = True
+            try:
+                while self._queued:
+                    self._write(self._queued.popleft())
+            finally:
+                self._writing = False
+
+    def _write(self, message: str) -> None:
         if self.above is not None:
             self.above(escaped(message, lines=True))
         else:
