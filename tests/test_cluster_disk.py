@@ -76,6 +76,47 @@ def test_a_sweep_whose_trial_lands_on_a_node_that_cannot_see_its_data_folder_end
     assert wait_until(lambda: not of_the_sweep()), of_the_sweep()
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_a_population_whose_member_lands_on_a_node_that_cannot_see_its_data_folder_ends_in_one_line_and_leaves_nothing(
+        local_cluster: LocalCluster, tmp_path: Path) -> None:
+    """The population's side of the sweep's test above: 3 members of 1 CPU on 3 nodes of 1 CPU,
+    so one lands on the node with the private view. It refuses before it writes; the driver asks
+    the other two to stop at a checkpoint, records no generation and ends with exit 2."""
+    from experiments.pbt.population import PrivateDashboard  # the members' live channel, as a population starts its own
+
+    nodes = local_cluster.bring_back()
+    assert local_cluster.private_folder is not None
+    [private] = [n for n in nodes if n["private_folder"] == str(local_cluster.private_folder)]
+    cli = Cli()
+    data = local_cluster.private_folder / tmp_path.name / "runs"
+    (tmp_path / "dashboard").mkdir()
+    with PrivateDashboard(tmp_path / "dashboard", data) as dashboard:
+        result = run_driver(local_cluster, cli, "experiments.pbt", "--ray-address", local_cluster.address, "--dashboard", dashboard.url,
+                            "--population", "3", "--interval", "1", "--n-workers", "1", "--cpus-per-member", "1",
+                            "--data-dir", str(data), *TINY)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert [e for e in result.stderr.splitlines() if e.startswith("error:")] == ["error: " + refusal(data, private["node_id"])], \
+        result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lineage = Path(result.stdout.splitlines()[-1])
+    with lineage.open(newline="") as f:
+        assert list(csv.DictReader(f)) == []  # no generation was finished, so none recorded
+    population = json.loads((lineage.parent / "population.json").read_text())
+    assert population["generation"] == 0
+    run_dirs = [data / "breakout" / m["run_uuid"] for m in population["members"]]
+    assert len(run_dirs) == 3 and not all(d.exists() for d in run_dirs)  # the refused member's run was never made
+    for summary_path in (d / "summary.json" for d in run_dirs):
+        if summary_path.exists():  # a member that started stopped whole, at a checkpoint
+            summary = json.loads(summary_path.read_text())
+            assert summary["status"] != "running" or summary["updates"] >= 1, summary
+    assert os.listdir(f"/proc/{private['raylet_pid']}/root{local_cluster.private_folder}") == []  # nothing on its node
+    assert not [p for p in data.iterdir() if p.name.startswith(PREFIX)]  # the driver's marker removed
+    assert cli.leftovers() == []
+    assert wait_until(lambda: not [pid for pid in process_table.marked(MARK, local_cluster.marker) if VARIABLE in environ_of(pid)])
+
+
 def test_a_member_or_trial_whose_node_cannot_see_the_data_folder_refuses_before_it_writes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """run_member's and run_trial's first act, in process: a token the folder does not hold (another
