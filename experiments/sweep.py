@@ -144,7 +144,10 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
                 f"{SCORE} {'-' if score is None else f'{score:.1f}'}  {_params(trials[i])}  run {rows[i]['run_uuid']}"
                 + (f"  ({rows[i]['error']})" if rows[i].get("error") else ""))
     finally:
-        for ref in running:  # Ctrl-C or an error here: stop what still runs (checkpoints stay)
+        # Ctrl-C or an error here: stop what still runs (checkpoints stay). Not once the head is
+        # lost: its trials went with it, and a cancel may wait on the dead GCS until Ray's client
+        # ends this process a minute later, before the line of ours that says how to go on.
+        for ref in running if not head_lost() else ():
             ray.cancel(ref, force=True)
     return rows
 
