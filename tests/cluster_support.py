@@ -106,6 +106,18 @@ def run_driver(cluster: LocalCluster, cli: Cli, module: str, *args: str, **env: 
                           capture_output=True, text=True, timeout=600)
 
 
+def run_population(cluster: LocalCluster, cli: Cli, members: int, data: Path, dashboard_data: Path) -> subprocess.CompletedProcess[str]:
+    """`pbt --ray-address` of `members` members of 1 CPU writing under `data`, their live channel a
+    dashboard with its data in `dashboard_data` (made here), started as a population starts its own."""
+    from experiments.pbt.population import PrivateDashboard
+
+    dashboard_data.mkdir()
+    with PrivateDashboard(dashboard_data, data) as dashboard:
+        return run_driver(cluster, cli, "experiments.pbt", "--ray-address", cluster.address, "--dashboard", dashboard.url,
+                          "--population", str(members), "--interval", "1", "--n-workers", "1", "--cpus-per-member", "1",
+                          "--data-dir", str(data), *TINY)
+
+
 def wait_dead(pid: int, timeout_s: float = 120) -> bool:
     deadline = time.monotonic() + timeout_s
     while process_table.is_alive(pid):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests import process_table
-from tests.cluster_support import TINY, LocalCluster, environ_of, run_driver, wait_dead
+from tests.cluster_support import TINY, LocalCluster, environ_of, run_driver, run_population, wait_dead
 from tests.conftest import MARK, Cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
@@ -80,15 +80,8 @@ def test_a_sweeps_trials_spread_over_nodes_and_its_csv_names_each_trials_node(lo
 
 def test_a_populations_members_spread_over_nodes_and_its_lineage_names_them(local_cluster: LocalCluster, tmp_path: Path) -> None:
     """2 members of 1 CPU on nodes of 1 CPU each: 2 nodes; the exploit's row names the member's and the donor's."""
-    from experiments.pbt.population import PrivateDashboard  # the members' live channel, as a population starts its own
-
     cli = Cli()
-    runs = tmp_path / "runs"
-    (tmp_path / "dashboard").mkdir()
-    with PrivateDashboard(tmp_path / "dashboard", runs) as dashboard:
-        result = run_driver(local_cluster, cli, "experiments.pbt", "--ray-address", local_cluster.address, "--dashboard", dashboard.url,
-                            "--population", "2", "--interval", "1", "--n-workers", "1", "--cpus-per-member", "1",
-                            "--data-dir", str(runs), *TINY)
+    result = run_population(local_cluster, cli, 2, tmp_path / "runs", tmp_path / "dashboard")
     assert result.returncode == 0, result.stderr[-3000:]
     [lineage] = result.stdout.splitlines()
     with Path(lineage).open(newline="") as f:

@@ -18,7 +18,7 @@ import pytest
 
 from experiments.shared_data_dir import PREFIX, VARIABLE, DataDirNotShared
 from tests import process_table
-from tests.cluster_support import TINY, LocalCluster, environ_of, run_driver
+from tests.cluster_support import TINY, LocalCluster, environ_of, run_driver, run_population
 from tests.conftest import MARK, Cli
 
 
@@ -84,18 +84,12 @@ def test_a_population_whose_member_lands_on_a_node_that_cannot_see_its_data_fold
     """The population's side of the sweep's test above: 3 members of 1 CPU on 3 nodes of 1 CPU,
     so one lands on the node with the private view. It refuses before it writes; the driver asks
     the other two to stop at a checkpoint, records no generation and ends with exit 2."""
-    from experiments.pbt.population import PrivateDashboard  # the members' live channel, as a population starts its own
-
     nodes = local_cluster.bring_back()
     assert local_cluster.private_folder is not None
     [private] = [n for n in nodes if n["private_folder"] == str(local_cluster.private_folder)]
     cli = Cli()
     data = local_cluster.private_folder / tmp_path.name / "runs"
-    (tmp_path / "dashboard").mkdir()
-    with PrivateDashboard(tmp_path / "dashboard", data) as dashboard:
-        result = run_driver(local_cluster, cli, "experiments.pbt", "--ray-address", local_cluster.address, "--dashboard", dashboard.url,
-                            "--population", "3", "--interval", "1", "--n-workers", "1", "--cpus-per-member", "1",
-                            "--data-dir", str(data), *TINY)
+    result = run_population(local_cluster, cli, 3, data, tmp_path / "dashboard")
     assert result.returncode == 2, result.stderr[-3000:]
     assert [e for e in result.stderr.splitlines() if e.startswith("error:")] == ["error: " + refusal(data, private["node_id"])], \
         result.stderr[-3000:]
