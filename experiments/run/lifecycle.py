@@ -105,13 +105,13 @@ class TrainingRun:
         try:
             pool = make_pool(config, game_specs(config, seeds.env_seeds))
         except ClusterLost as lost:
-            return self._lost_at_start(lost)
+            return self._ended_at_start(lost)
         except Exception:
             # A signal to the whole process group reaches the workers (and the forkserver) while
             # they start, so their start can fail for that stop alone (a refused connection, a
             # pipe closed): the stop, not the failure it caused, is what happened.
             if self.stop.requested:
-                return self._stopped_at_start()
+                return self._ended_at_start()
             raise
         with pool:
             trainer = Trainer(config, pool, seeds, device, self.labml.live_values, on_event=self.say)
@@ -123,9 +123,9 @@ class TrainingRun:
                 else:
                     trainer.reset_envs()
             except ClusterLost as lost:
-                return self._lost_at_start(lost)
+                return self._ended_at_start(lost)
             if self.stop.requested:
-                return self._stopped_at_start()
+                return self._ended_at_start()
             self.stop.plan = WITHIN_UPDATE
             # A seed is the same run only on one machine (machine_fingerprint): curves tell paired
             # seeds from independent draws by the machines that trained a run.
@@ -214,31 +214,24 @@ class TrainingRun:
         games.close()
         updates.close()
 
-    def _stopped_at_start(self) -> RunResult:
-        """A stop before the first update of this session: nothing was trained, so nothing is
-        written. A new run's folder does not exist yet (labml makes it when training starts); a
-        resumed run's folder is as it was, its checkpoint the one to resume from again."""
+    def _ended_at_start(self, lost: ClusterLost | None = None) -> RunResult:
+        """A stop, or the cluster's head `lost`, before the first update of this session: nothing
+        was trained, so nothing is written. A new run's folder does not exist yet (labml makes it
+        when training starts); a resumed run's folder is as it was, its checkpoint the one to
+        resume from again."""
         stop, resume = self.stop.requested, self.resumed
         update, env_steps = (resume.update, resume.env_steps) if resume is not None else (0, 0)
-        if resume is None:
+        if lost is not None:
+            self.say(cluster_lost_line(lost.address, str(self.run_uuid), self._kept_update(), self.config, self._dashboard()))
+        elif resume is None:
             self.say(f"stopped by {stop} before the first update: nothing was kept (no run folder was made)")
         else:
             self.say(f"stopped by {stop} before the first update of this session: the run is as it was, at update "
                      f"{update:,}; to go on: {resume_command(self.config, str(self.run_uuid), self._dashboard())}")
-        summary = {"run_uuid": self.run_uuid, "status": "interrupted", "error": None, "updates": update,
-                   "env_steps": env_steps, "kept": resume is not None}
-        return RunResult(self.run_dir / "summary.json" if resume is not None else None, summary, self.stop.exit_code)
-
-    def _lost_at_start(self, lost: ClusterLost) -> RunResult:
-        """The cluster's head lost before the first update of this session: nothing was trained,
-        so nothing is written (as at a stop then); a resumed run keeps the checkpoint it came from."""
-        resume = self.resumed
-        update, env_steps = (resume.update, resume.env_steps) if resume is not None else (0, 0)
-        self.say(cluster_lost_line(lost.address, str(self.run_uuid), update if resume is not None else None, self.config,
-                                   self._dashboard()))
-        summary = {"run_uuid": self.run_uuid, "status": "interrupted", "error": str(lost), "updates": update,
-                   "env_steps": env_steps, "kept": resume is not None}
-        return RunResult(self.run_dir / "summary.json" if resume is not None else None, summary, 1)
+        summary = {"run_uuid": self.run_uuid, "status": "interrupted", "error": None if lost is None else str(lost),
+                   "updates": update, "env_steps": env_steps, "kept": resume is not None}
+        return RunResult(self.run_dir / "summary.json" if resume is not None else None, summary,
+                         self.stop.exit_code if lost is None else 1)
 
     def _state(self, trainer: Trainer, leg: Leg) -> Checkpoint:
         """What a checkpoint holds now: the live values as the rule allows them (a refused one never
@@ -309,8 +302,7 @@ class TrainingRun:
         error = self.state.error
         if self.state.lost is not None:  # the summary, then one line: what is kept and how to go on
             self.say(summary_line(summary, self.config.last_update, self.config.score_window))
-            kept = self.state.checkpointed_update if self.state.checkpoint else (self.resumed.update if self.resumed else None)
-            self.say(cluster_lost_line(self.state.lost.address, str(self.run_uuid), kept, self.config, self._dashboard()))
+            self.say(cluster_lost_line(self.state.lost.address, str(self.run_uuid), self._kept_update(), self.config, self._dashboard()))
             return RunResult(self.run_dir / "summary.json", summary, 1)
         if error is not None:
             self.say(f"error: run {summary['run_uuid']} stopped at update {summary['updates']}: {error.splitlines()[0]}")
@@ -327,12 +319,17 @@ class TrainingRun:
     def _dashboard(self) -> str | None:
         return strip_userinfo(self.config.dashboard) if self.config.dashboard else None
 
+    def _kept_update(self) -> int | None:
+        """The update a resume starts from: this session's last checkpoint, else the one it was
+        resumed from (None: a new run with no checkpoint yet)."""
+        if self.state.checkpoint is not None:
+            return self.state.checkpointed_update
+        return self.resumed.update if self.resumed is not None else None
+
     def resume_point(self) -> str:
         """After a second Ctrl-C: the checkpoint the run will resume from, and the command."""
-        if self.state.checkpoint is not None:
-            where = f"{shown(self.state.checkpoint)} (update {self.state.checkpointed_update})"
-        elif self.resumed is not None:
-            where = f"{shown(checkpoint_path(self.run_dir))} (update {self.resumed.update}), the one it was resumed from"
-        else:
+        if (update := self._kept_update()) is None:
             return "no checkpoint was written yet: there is nothing to resume; start the run again"
+        where = (f"{shown(self.state.checkpoint)} (update {update})" if self.state.checkpoint is not None
+                 else f"{shown(checkpoint_path(self.run_dir))} (update {update}), the one it was resumed from")
         return f"it will resume from {where}:\n  {resume_command(self.config, str(self.run_uuid), self._dashboard())}"
