@@ -27,6 +27,28 @@ def refusal(data: Path, node_id: str, node: str | None = None) -> str:
             "started there); every node must see the same data folder at the same path (docs/ray.md)")
 
 
+def private_node(local_cluster: LocalCluster) -> dict:
+    """The cluster, whole again, and its node with the private view: the last worker node."""
+    nodes = local_cluster.bring_back()
+    assert local_cluster.private_folder is not None
+    [private] = [n for n in nodes if n["private_folder"] == str(local_cluster.private_folder)]
+    assert private["name"] == "node-3"
+    return private
+
+
+def assert_nothing_left(local_cluster: LocalCluster, cli: Cli, data: Path, private: dict) -> None:
+    """Nothing written on the refusing node, the driver's marker removed, and no process of the job
+    left on any node (every Ray worker of the job carries its token)."""
+    assert os.listdir(f"/proc/{private['raylet_pid']}/root{local_cluster.private_folder}") == []
+    assert not [p for p in data.iterdir() if p.name.startswith(PREFIX)]
+    assert cli.leftovers() == []
+
+    def of_the_job() -> list[int]:
+        return [pid for pid in process_table.marked(MARK, local_cluster.marker) if VARIABLE in environ_of(pid)]
+
+    assert wait_until(lambda: not of_the_job()), of_the_job()
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.cluster
@@ -35,10 +57,7 @@ def test_a_sweep_whose_trial_lands_on_a_node_that_cannot_see_its_data_folder_end
     """3 trials of 1 CPU on 3 nodes of 1 CPU: they run at once, so one lands on the node with the
     private view. It refuses, having written nothing on its node; the driver stops the other two
     (each at a checkpoint, or before it began), writes the CSV and ends with exit 2."""
-    nodes = local_cluster.bring_back()
-    assert local_cluster.private_folder is not None
-    [private] = [n for n in nodes if n["private_folder"] == str(local_cluster.private_folder)]
-    assert private["name"] == "node-3"  # the last worker node
+    private = private_node(local_cluster)
     cli = Cli()
     data = local_cluster.private_folder / tmp_path.name / "runs"  # this test's alone, under the shared cluster's folder
     results = tmp_path / "sweep.csv"
@@ -55,9 +74,8 @@ def test_a_sweep_whose_trial_lands_on_a_node_that_cannot_see_its_data_folder_end
     assert len(rows) == 3 and {r["status"] for r in rows} <= {"refused", "completed", "interrupted", "stopped"}, rows
     refused = [r for r in rows if r["status"] == "refused"]
     assert refused and all(r["error"] == refusal(data, private["node_id"]) for r in refused), rows
-    for row in refused:  # nothing of it on the host either
+    for row in refused:  # nothing of it on the host either (nor on its node: assert_nothing_left)
         assert not (data / "breakout" / row["run_uuid"]).exists()
-    assert os.listdir(f"/proc/{private['raylet_pid']}/root{local_cluster.private_folder}") == []  # nor on its node
     for row in rows:  # the others stopped whole; a finished one's result as its run left it
         summary_path = data / "breakout" / row["run_uuid"] / "summary.json"
         if row["status"] != "refused" and summary_path.exists():
@@ -67,13 +85,7 @@ def test_a_sweep_whose_trial_lands_on_a_node_that_cannot_see_its_data_folder_end
                 assert (row["status"], row["node_id"]) == ("completed", summary["node_id"]), row
             updates = summary_path.with_name("updates.csv")
             assert not updates.exists() or updates.read_text().endswith("\n")
-    assert not [p for p in data.iterdir() if p.name.startswith(PREFIX)]  # the driver's marker removed
-    assert cli.leftovers() == []
-    # No process of its trials lives on on any node: every Ray worker of the job carries its token.
-    def of_the_sweep() -> list[int]:
-        return [pid for pid in process_table.marked(MARK, local_cluster.marker) if VARIABLE in environ_of(pid)]
-
-    assert wait_until(lambda: not of_the_sweep()), of_the_sweep()
+    assert_nothing_left(local_cluster, cli, data, private)
 
 
 @pytest.mark.ray
@@ -84,9 +96,7 @@ def test_a_population_whose_member_lands_on_a_node_that_cannot_see_its_data_fold
     """The population's side of the sweep's test above: 3 members of 1 CPU on 3 nodes of 1 CPU,
     so one lands on the node with the private view. It refuses before it writes; the driver asks
     the other two to stop at a checkpoint, records no generation and ends with exit 2."""
-    nodes = local_cluster.bring_back()
-    assert local_cluster.private_folder is not None
-    [private] = [n for n in nodes if n["private_folder"] == str(local_cluster.private_folder)]
+    private = private_node(local_cluster)
     cli = Cli()
     data = local_cluster.private_folder / tmp_path.name / "runs"
     result = run_population(local_cluster, cli, 3, data, tmp_path / "dashboard")
@@ -105,10 +115,7 @@ def test_a_population_whose_member_lands_on_a_node_that_cannot_see_its_data_fold
         if summary_path.exists():  # a member that started stopped whole, at a checkpoint
             summary = json.loads(summary_path.read_text())
             assert summary["status"] != "running" or summary["updates"] >= 1, summary
-    assert os.listdir(f"/proc/{private['raylet_pid']}/root{local_cluster.private_folder}") == []  # nothing on its node
-    assert not [p for p in data.iterdir() if p.name.startswith(PREFIX)]  # the driver's marker removed
-    assert cli.leftovers() == []
-    assert wait_until(lambda: not [pid for pid in process_table.marked(MARK, local_cluster.marker) if VARIABLE in environ_of(pid)])
+    assert_nothing_left(local_cluster, cli, data, private)
 
 
 def test_a_member_or_trial_whose_node_cannot_see_the_data_folder_refuses_before_it_writes(
