@@ -179,8 +179,10 @@ def run_once(cli: Cli, data_dir: Path, *args: str) -> dict:
 
 
 def pytest_sessionfinish() -> None:
-    """Each pytest process (each xdist worker) stops the zygote it started, if any; were this
-    skipped (a crash, a kill), the zygote ends anyway when its stdin, this process's pipe, closes."""
+    """Each pytest process (each xdist worker) stops the cluster and the zygote it started, if any
+    (a session cut short by -x or Ctrl-C); were this skipped (a crash, a kill), the zygote ends anyway
+    when its stdin, this process's pipe, closes."""
+    _stop_the_cluster()
     forked_run.ZYGOTE.stop()
 
 
@@ -223,12 +225,36 @@ def finished_population() -> dict:
     return read_finished_population(made_once(json.dumps(["experiments.pbt", *POPULATION]), make_finished_population))
 
 
-@pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """One real 3-node Ray cluster per pytest worker, for every cluster test (tests/cluster_support.py)."""
-    from tests.cluster_support import started_cluster
+# The worker's cluster while its cluster tests run: the generator that started it (its clean-up and
+# checks run when resumed) and what it yielded.
+_running_cluster: list[tuple[Iterator[object], object]] = []
 
-    yield from started_cluster(tmp_path_factory)
+
+@pytest.fixture
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """One real 3-node Ray cluster per pytest worker, for every cluster test (tests/cluster_support.py):
+    started by the worker's first cluster test and stopped right after its last one (the scheduler
+    runs a worker's cluster files one after another, tests/scheduling.py), not at the session's end,
+    so that its idle nodes (about 6% of a core) do not load the cores for the rest of the suite."""
+    if not _running_cluster:
+        from tests.cluster_support import started_cluster
+
+        started = started_cluster(tmp_path_factory)
+        _running_cluster.append((started, next(started)))
+    return _running_cluster[0][1]
+
+
+def _stop_the_cluster() -> None:
+    """Stops the worker's cluster, if one runs; its checks (nothing left) fail the test just run."""
+    if _running_cluster:
+        started, _ = _running_cluster.pop()
+        next(started, None)
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is None or "local_cluster" not in getattr(nextitem, "fixturenames", ()):
+        _stop_the_cluster()
 
 
 # What the fast selection (`-m "not slow and not ray and not browser"`) leaves out, by what a test
