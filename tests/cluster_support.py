@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from game.vector.private_ray import ray_installed
-from tests import process_table
+from tests import forked_run, process_table
 from tests.conftest import MARK, REPO, Cli, wait_until_no_processes
 
 TOOL = REPO / "tools" / "local_cluster.py"
@@ -102,8 +102,8 @@ def started_cluster(tmp_path_factory: pytest.TempPathFactory, nodes: int = 3, cp
 
 
 def run_driver(cluster: LocalCluster, cli: Cli, module: str, *args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=cluster.driver_env(cli, **env),
-                          capture_output=True, text=True, timeout=600)
+    return forked_run.run([sys.executable, "-m", module, *args], cwd=REPO, env=cluster.driver_env(cli, **env),
+                          text=True, timeout=600)
 
 
 def run_population(cluster: LocalCluster, cli: Cli, members: int, data: Path, dashboard_data: Path) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import process_table
+from tests import forked_run, process_table
 from tests.cluster_support import TINY, LocalCluster, environ_of, started_cluster, wait_dead
 from tests.conftest import MARK, REPO, Cli
 
@@ -87,7 +87,7 @@ sys.exit(importlib.import_module(sys.argv[1]).main(sys.argv[2:]))
 
 def start_held_driver(cluster: LocalCluster, cli: Cli, hold_dir: Path, module: str, *args: str, **env: str) -> subprocess.Popen[str]:
     hold_dir.mkdir()
-    return subprocess.Popen([sys.executable, "-c", HELD_DRIVER, module, *args], cwd=REPO, text=True,
+    return forked_run.popen([sys.executable, "-c", HELD_DRIVER, module, *args], cwd=REPO, text=True,
                             env=dict(cluster.driver_env(cli), HOLD_DIR=str(hold_dir), **env), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
 

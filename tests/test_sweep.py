@@ -23,7 +23,7 @@ from experiments.run.updates_csv import read_updates
 from experiments.sweep import main, sorted_rows
 from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
 from game.vector.ray_actors import ray_installed
-from tests import process_table
+from tests import forked_run, process_table
 from tests.conftest import MARK, REPO, Cli, wait_for_file
 from tests.ray_checks import attack, check_private, check_refused, snapshot
 
@@ -125,7 +125,7 @@ def lost_trial(cli: Cli, tmp_path: Path, checkpoint_every: int) -> tuple[list[st
                  "epochs": 1, "checkpoint_every": checkpoint_every, "torch_threads": 1, "data_dir": str(tmp_path / "runs")}
     run_uuid = uuid.uuid4().hex
     argv = [sys.executable, "-c", TRIAL, json.dumps(overrides), run_uuid]
-    first = subprocess.Popen(argv, cwd=REPO, env=dict(cli.env(), HOLD_FILE=str(tmp_path / "held")),
+    first = forked_run.popen(argv, cwd=REPO, env=dict(cli.env(), HOLD_FILE=str(tmp_path / "held")),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_file(tmp_path / "held", first)
     first.kill()  # the trial's process is lost: no handler runs, summary.json still says running
@@ -140,7 +140,7 @@ def test_a_trial_that_ray_runs_again_resumes_its_own_run(cli, tmp_path: Path) ->
     """Ray runs a trial whose process was lost again, with the same arguments (--max-retries): the
     new attempt finds the run folder of the trial's uuid with a checkpoint and goes on from it."""
     argv, run_uuid, run_dir = lost_trial(cli, tmp_path, checkpoint_every=1)
-    again = subprocess.run(argv, cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=600)
+    again = forked_run.run(argv, cwd=REPO, env=cli.env(), text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     result = json.loads(again.stdout.strip().splitlines()[-1])
     assert result["resumed"] is True and result["exit_code"] == 0, result
@@ -160,7 +160,7 @@ def test_a_trial_lost_before_its_first_checkpoint_starts_again_in_its_own_folder
     assert (run_dir / "run.pid").exists() and not (run_dir / "checkpoints").exists()  # it would checkpoint at its end only
     assert [row["update"] for row in read_updates(run_dir / "updates.csv")] == [1, 2]
 
-    again = subprocess.run(argv, cwd=REPO, env=cli.env(), capture_output=True, text=True, timeout=600)
+    again = forked_run.run(argv, cwd=REPO, env=cli.env(), text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     result = json.loads(again.stdout.strip().splitlines()[-1])
     assert result["resumed"] is False and result["exit_code"] == 0, result
