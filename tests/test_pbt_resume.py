@@ -32,9 +32,40 @@ from experiments.pbt.population import Population
 from experiments.run.updates_csv import read_updates
 from game.vector.ray_actors import ray_installed
 from ppo.checkpoint import read_checkpoint
+from tests import forked_run
 from tests.conftest import REPO, Cli
 from tests.pbt_support import POPULATION, changes_of, checkpoints, rows_of, run_dir_of, wait_for
 from tests.ray_checks import check_private, snapshot
+
+# `python -c HELD_MEMBERS ARGS…`: `python -m experiments.pbt ARGS…` whose members each hold when
+# they checkpoint update 1, touching HOLD_DIR/<pid>, until their run is asked to stop; they then
+# checkpoint and stop as they would have. So the test's Ctrl-C lands while every member trains,
+# whatever the machine's load. Defined in __main__, so Ray sends the wrapper to the members'
+# workers by value.
+HELD_MEMBERS = """
+import sys
+import experiments.pbt.population as population
+def held(run_member):
+    def held_member(*args, **kwargs):
+        import os, time
+        from pathlib import Path
+        from ppo.trainer import Trainer
+        original = Trainer.state_dict
+        def state_dict_then_hold(self, live_values):
+            state = original(self, live_values)
+            hold = Path(os.environ["HOLD_DIR"]) / str(os.getpid())
+            if self.update == 1 and not hold.exists():
+                hold.touch()
+                while not self.should_stop():
+                    time.sleep(0.01)
+            return state
+        Trainer.state_dict = state_dict_then_hold
+        return run_member(*args, **kwargs)
+    return held_member
+population.run_member = held(population.run_member)
+from experiments.pbt.cli import main
+sys.exit(main())
+"""
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +75,10 @@ def population(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     data = tmp_path_factory.mktemp("pbt") / "runs"
     held = tmp_path_factory.mktemp("held")
     cli = Cli()
-    args = [sys.executable, "-m", "experiments.pbt", *POPULATION, "--data-dir", str(data)]
-    # Each member holds at its first checkpoint until it is asked to stop (tests/member_hold/).
-    env = dict(cli.env(), MEMBER_HOLD_DIR=str(held),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "tests" / "member_hold"), os.environ.get("PYTHONPATH")])))
+    args = [sys.executable, "-c", HELD_MEMBERS, *POPULATION, "--data-dir", str(data)]
     # A session of its own, so that a signal to its process group is what a Ctrl-C in its terminal sends.
-    first = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+    first = forked_run.popen(args, cwd=REPO, env=dict(cli.env(), HOLD_DIR=str(held)), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         return run_population(first, data, held, cli)
     finally:  # a failed wait above must not leave the population running
