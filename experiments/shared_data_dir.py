@@ -96,15 +96,3 @@ def refusal_in(error: BaseException) -> str | None:
             return str(candidate.args[0]) if candidate.args else str(candidate)
     return None
 
-
-def stop_gently(ray: Any, running: list[Any]) -> None:
-    """Every running task asked to stop as Ctrl-C asks a run (it checkpoints and returns), and
-    waited for; a Ctrl-C meanwhile stops them at once."""
-    for ref in running:
-        ray.cancel(ref, force=False)
-    try:
-        ray.wait(running, num_returns=len(running))
-    except KeyboardInterrupt:
-        for ref in running:
-            ray.cancel(ref, force=True)
-        raise

@@ -46,7 +46,8 @@ from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
 from configs.refusals import error_line, fail
 from configs.terminal import escaped
-from experiments.shared_data_dir import DataDirMark, DataDirNotShared, check_data_dir_seen, refusal_in, stop_gently
+from experiments.ray_tasks import run_task, stop_gently
+from experiments.shared_data_dir import DataDirMark, DataDirNotShared, check_data_dir_seen, refusal_in
 from experiments.sweep_resume import argv_of, go_on_command, lost_line, resumed_rows
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
@@ -117,8 +118,7 @@ def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_tria
     each run as `name` (the results table's) and its trial number."""
     import ray
 
-    task = ray.remote(max_calls=1)(run_trial)  # a fresh process per trial: labml keeps global state
-    task = task.options(num_cpus=cpus_per_trial, max_retries=max_retries, retry_exceptions=False)
+    task = run_task(ray, run_trial, cpus_per_trial, max_retries)
     rows = planned_rows(trials) if rows is None else rows
     queue = [i for i in range(len(trials)) if i not in kept]
     running: dict[Any, int] = {}

@@ -22,8 +22,9 @@ from typing import Any
 
 from configs.terminal import escaped
 from experiments.pbt.state import Population
+from experiments.ray_tasks import run_task, stop_gently
 from experiments.run.folder_checks import UnsafeRunFolder, open_own_file
-from experiments.shared_data_dir import DataDirNotShared, check_data_dir_seen, refusal_in, stop_gently
+from experiments.shared_data_dir import DataDirNotShared, check_data_dir_seen, refusal_in
 from experiments.sweep import run_trial
 from game.vector.ray_cluster import head_lost
 
@@ -58,8 +59,7 @@ def run_segment(population: Population, target: int, queue: Callable[[int, dict[
     """
     import ray
 
-    task = ray.remote(max_calls=1)(run_member)  # a fresh process per segment: labml keeps global state
-    task = task.options(num_cpus=population.cpus_per_member, max_retries=population.max_retries, retry_exceptions=False)
+    task = run_task(ray, run_member, population.cpus_per_member, population.max_retries)
     running: dict[Any, int] = {}
     failures: dict[int, str | None] = {}
     for member, spec in enumerate(population.members):
