@@ -39,8 +39,9 @@ REPO = Path(__file__).resolve().parents[1]
 # PYTHONBREAKPOINT is read at each breakpoint() call, not at start-up; ray.init sets it in the
 # pytest process whenever a test starts a private Ray there.
 # TORCHINDUCTOR_CACHE_DIR, which torch sets in the pytest process on first use, is read at use too.
-# HOLD_* and SIGTERM_TO are read only by the tests' own hooks in the run (conftest.HELD_RUN, the
-# cluster tests' HELD_DRIVER...), once it runs.
+# HOLD_* and SIGTERM_TO are read only by the tests' own hooks inside the run, once it runs
+# (conftest's HELD_RUN, test_sweep's TRIAL, test_pbt_resume's HELD_MEMBERS, test_cluster_faults'
+# HELD_DRIVER, test_console's and test_run_safety_signals' own).
 RUN_TIME_ONLY = frozenset({MARK, SHARED, "PYTEST_CURRENT_TEST", "HOLD_FILE", "HOLD_UNTIL", "HOLD_DIR", "HOLD_AT_START",
                            "SIGTERM_TO", "PYTHONBREAKPOINT", "TORCHINDUCTOR_CACHE_DIR"})
 # Read only by libraries the zygote never imports (Ray, labml-app: tests/zygote.py checks), and set
