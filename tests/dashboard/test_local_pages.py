@@ -111,8 +111,12 @@ def test_after_apply_the_input_shows_the_new_value_while_it_is_pending(
         run_uuid = run.run_uuid()
         with chromium.tab(height=700) as browser:
             browser.load(f"{dashboard.url}/hyperparams/{run_uuid}")
+            # Drawn once the run has reported the values it trains with (before that, the applied
+            # column shows its starting value, marked "(start)"; on a busy machine the page can come first).
             assert browser.wait_until("document.querySelectorAll('#params input').length === 5"
-                                      " && !document.getElementById('apply').disabled", PAGE_LIMIT_S)
+                                      " && !document.getElementById('apply').disabled && [...document.querySelector("
+                                      "'#params input[name=learning_rate]').closest('tr').cells][3].textContent === '0.00025'",
+                                      PAGE_LIMIT_S)
             # Paused, the run asks for nothing: the change stays pending (or sent, had a request of
             # the run's been in flight), and the run keeps training with the old value.
             os.kill(run.proc.pid, signal.SIGSTOP)
