@@ -239,9 +239,18 @@ def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_t
                 members = held_runs(tmp_path / "hold-pbt", 2, pbt)
                 [train_run] = held_runs(tmp_path / "hold-train", 1, train)
                 held_runs(tmp_path / "hold-start", 1, starting)
-                os.kill(cluster.nodes()[0]["raylet_pid"], signal.SIGKILL)
-                (sweep_out, sweep_err), (pbt_out, pbt_err), (train_out, train_err), (start_out, start_err) = (
-                    d.communicate(timeout=300) for d in drivers)
+                # The head's raylet goes first and its GCS after it, as when the tool ends a lost node's
+                # processes. Held here until the drivers have ended (its supervisor stopped), the GCS
+                # still answers while every driver's runs fail with the raylet: each must see the head
+                # lost all the same (its raylet's port refuses), not count its runs as failed.
+                head = cluster.nodes()[0]
+                os.kill(head["process_pid"], signal.SIGSTOP)
+                try:
+                    os.kill(head["raylet_pid"], signal.SIGKILL)
+                    (sweep_out, sweep_err), (pbt_out, pbt_err), (train_out, train_err), (start_out, start_err) = (
+                        d.communicate(timeout=300) for d in drivers)
+                finally:
+                    os.kill(head["process_pid"], signal.SIGCONT)
             finally:
                 for driver in drivers:
                     driver.kill()

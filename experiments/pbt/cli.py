@@ -43,7 +43,7 @@ from experiments.shared_data_dir import DataDirMark, DataDirNotShared
 from experiments.sweep import connect, sigterm_as_ctrl_c
 from game.atari import canonical_game, is_known_game
 from game.vector.private_ray import cluster_refusal, ray_refusal, stop_ray
-from game.vector.ray_cluster import head_lost
+from game.vector.ray_cluster import head_lost, lost_now
 
 PROG = "python -m experiments.pbt"
 TWEAK = "python -m experiments.tweak"
@@ -216,6 +216,16 @@ def run(population: Population, address: str | None) -> int:
         return 1
 
 
+def run_members_to(population: Population, target: int, address: str | None) -> dict[int, str | None]:
+    """Every member to update `target` (`run_segment`). Members that failed because the cluster's head
+    was lost (their tasks fail as its raylet goes, before the head's watcher may look) end the
+    population as the watcher's Ctrl-C does: nothing of this generation is recorded."""
+    failures = run_segment(population, target, lambda m, c: queue_on_dashboard(population, m, c), say)
+    if any(failures.values()) and lost_now(address):
+        raise KeyboardInterrupt
+    return failures
+
+
 def _run(population: Population, address: str | None) -> int:
     folder = population.path
     folder.mkdir(parents=True, exist_ok=True)
@@ -249,7 +259,7 @@ def _run(population: Population, address: str | None) -> int:
             while population.generation < len(targets):
                 target = targets[population.generation]
                 say(f"segment {population.generation + 1}/{len(targets)}: every member to update {target}")
-                failures = run_segment(population, target, lambda m, c: queue_on_dashboard(population, m, c), say)
+                failures = run_members_to(population, target, address)
                 last = population.generation == len(targets) - 1
                 blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
                 try:  # a generation's copies, its rows and its count are done whole, or not at all

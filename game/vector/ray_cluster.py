@@ -135,6 +135,8 @@ def quiet_cluster_messages() -> None:
         if data.get("pid") != "raylet":  # a task's own output (log_to_driver): Ray's handling as it is
             original(data, ignore_prefix)
             return
+        if _head_lost.is_set():  # nothing is replaced on a cluster without its head: the driver's own line says so
+            return
         for line in data.get("lines", []):
             if (match := _NODE_DEAD.search(str(line))) and match[1] not in said:
                 said.add(match[1])
@@ -183,6 +185,7 @@ def _client_logs_to_file(path: Path) -> None:
 
 
 _head_lost = threading.Event()
+_head_raylet: list[tuple[str, int]] = []  # the head node's raylet, (host, port), once `watch_head` has looked
 
 
 def head_lost() -> bool:
@@ -200,11 +203,17 @@ def lost_now(address: str | None) -> bool:
 
 
 def head_refuses(address: str) -> bool:
-    """Whether the head's GCS port at `address` refuses a connection now: the head is gone (a slow
-    answer is a busy head, not a lost one)."""
+    """Whether the head at `address` is gone, looked at now: its GCS port refuses a connection, or
+    the port of the head node's raylet does (once `watch_head` has learned it). The raylet goes
+    first: its tasks fail at once, while the GCS may still answer for a moment (the node's processes
+    are ended after it). A slow answer is a busy head, not a lost one."""
     target = _target(address)
     if target is None:
         return False
+    return any(_refuses(port) for port in (target, *_head_raylet))
+
+
+def _refuses(target: tuple[str, int]) -> bool:
     try:
         socket.create_connection(target, timeout=10).close()
     except ConnectionRefusedError:
@@ -215,16 +224,19 @@ def head_refuses(address: str) -> bool:
 
 
 def watch_head(address: str, period_s: float = 0.5, interrupt: bool = True) -> None:
-    """Once connected to the cluster at `address`: from a daemon thread, the head's GCS port is tried
-    every `period_s`; when it refuses (the head is gone, and the cluster with it), `head_lost()`
+    """Once connected to the cluster at `address`: from a daemon thread, the head is looked at every
+    `period_s` (`head_refuses`); when it is gone (and the cluster with it), `head_lost()`
     turns true and, with `interrupt`, this process gets a SIGINT, so its driver stops its work as a
     Ctrl-C does and says in one line how to go on (a training run's pool asks `head_lost()` itself
     while it waits for its actors, since its Ctrl-C means a person's stop). Left alone, Ray's client
     would wait a minute for the GCS, then end the process with its own account."""
+    import ray
     from ray._private import worker
 
     if _target(address) is None:
         return
+    _head_raylet[:] = [(n["NodeManagerAddress"], int(n["NodeManagerPort"])) for n in ray.nodes()
+                       if n["Alive"] and "node:__internal_head__" in n["Resources"]][:1]
     # What Ray's client says of the loss (its GCS gone, tasks it cannot report) goes to its log folder.
     _client_logs_to_file(Path(worker.global_worker.node.get_logs_dir_path()) / f"driver-{os.getpid()}-client.log")
     main = threading.main_thread().ident
