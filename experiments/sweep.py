@@ -47,6 +47,7 @@ from configs.ppo import ConfigError, PPOConfig
 from configs.refusals import error_line, fail
 from configs.terminal import escaped
 from experiments.ray_tasks import run_task, stop_gently
+from experiments.run.stopping import signals_stop_as_ctrl_c
 from experiments.shared_data_dir import DataDirMark, DataDirNotShared, check_data_dir_seen, refusal_in
 from experiments.sweep_resume import argv_of, go_on_command, lost_line, resumed_rows
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
@@ -76,11 +77,6 @@ def run_trial(overrides: dict[str, Any], run_uuid: str, label: str | None = None
 
 
 # ---- the driver -----------------------------------------------------------------------------------
-
-def sigterm_as_ctrl_c(signum: int, frame: object) -> None:
-    """A driver's SIGTERM handler: stop as Ctrl-C stops (running work stopped, checkpoints kept)."""
-    raise KeyboardInterrupt
-
 
 def connect(address: str | None, cpus_per_trial: float, env: dict[str, str] | None = None) -> bool:
     """ray.init: a cluster at `address`, or a private local instance (loopback only, a token of its
@@ -310,7 +306,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
           f"{cpus:g} CPUs per trial", flush=True)
     mark = DataDirMark(fixed["data_dir"])
     try:
-        signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)  # kept through ray.init by `connect`
+        signals_stop_as_ctrl_c()  # SIGTERM's kept through ray.init by `connect`
         if not connect(address, cpus, mark.env):
             print(error_line(f"--cpus-per-trial {cpus:g}: expected at most the CPUs of one node of the cluster at {address}"),
                   file=sys.stderr)

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 # (conftest's HELD_RUN, test_sweep's TRIAL, test_pbt_resume's HELD_MEMBERS, test_cluster_faults'
 # HELD_DRIVER, test_console's and test_run_safety_signals' own).
 RUN_TIME_ONLY = frozenset({MARK, SHARED, "PYTEST_CURRENT_TEST", "HOLD_FILE", "HOLD_UNTIL", "HOLD_DIR", "HOLD_AT_START",
-                           "SIGTERM_TO", "PYTHONBREAKPOINT", "TORCHINDUCTOR_CACHE_DIR"})
+                           "HOLD_SIGINT_IGNORED", "SIGTERM_TO", "PYTHONBREAKPOINT", "TORCHINDUCTOR_CACHE_DIR"})
 # Read only by libraries the zygote never imports (Ray, labml-app: tests/zygote.py checks), and set
 # in the pytest process itself by a private Ray or a dashboard a test starts there.
 RUN_TIME_PREFIXES = ("RAY_", "LABML_APP_SERVER_")

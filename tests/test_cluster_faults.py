@@ -29,11 +29,13 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
 # Each attempt that returns appends "<node id> <resumed>" to HOLD_DIR/<run uuid>.attempts. The
 # wrappers are defined here, in __main__, so Ray sends them to the workers by value. A training run
 # (MODULE experiments.breakout, its trainer in this process) holds likewise, until it has seen its
-# cluster's head lost.
+# cluster's head lost. With HOLD_SIGINT_IGNORED set, MODULE's main starts with SIGINT ignored.
 HELD_DRIVER = """
-import importlib, os, sys
+import importlib, os, signal, sys
 from pathlib import Path
 HOLD_DIR = Path(os.environ["HOLD_DIR"])
+if os.environ.get("HOLD_SIGINT_IGNORED"):  # as a script's background job (`cmd &`) starts: Python sets no SIGINT handler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 def held(call):
     def held_call(overrides, run_uuid, label=None):
         import time
@@ -211,28 +213,30 @@ def test_a_lost_head_ends_each_driver_with_one_line_naming_the_cluster_and_how_t
     """A cluster of its own (a head alone, 4 CPUs: the shared one cannot lose its head), with a sweep
     (1 trial), a population (2 members) and a training run (1 env actor) held after update 1 on it;
     its head is lost. Each driver ends at once, exit 1, with one line of its own, its records whole;
-    the training run then goes on from its checkpoint on this machine, as its line says."""
+    the training run then goes on from its checkpoint on this machine, as its line says. Each starts
+    with SIGINT ignored, as a script's background job does: the head's watcher stops it all the same."""
     from experiments.pbt.population import PrivateDashboard
 
     cluster_gen = started_cluster(tmp_path_factory, nodes=1, cpus=4)
     cluster = next(cluster_gen)
     cli, runs = Cli(), tmp_path / "runs"
     address = cluster.address
+    ignored = {"HOLD_SIGINT_IGNORED": "1"}
     (tmp_path / "dashboard").mkdir()
     try:
         with PrivateDashboard(tmp_path / "dashboard", runs) as dashboard:
             sweep_args = ("--ray-address", address, "--grid", "learning_rate=1e-4", "--cpus-per-trial", "1", "--workers-per-trial", "1",
                           "--checkpoint-every", "1", "--data-dir", str(runs), "--csv", str(tmp_path / "sweep.csv"), *TINY)
-            sweep = start_held_driver(cluster, cli, tmp_path / "hold-sweep", "experiments.sweep", *sweep_args)
+            sweep = start_held_driver(cluster, cli, tmp_path / "hold-sweep", "experiments.sweep", *sweep_args, **ignored)
             pbt = start_held_driver(cluster, cli, tmp_path / "hold-pbt", "experiments.pbt", "--ray-address", address,
                                     "--dashboard", dashboard.url, "--population", "2", "--interval", "1", "--n-workers", "1",
-                                    "--cpus-per-member", "1", "--checkpoint-every", "1", "--data-dir", str(runs), *TINY)
+                                    "--cpus-per-member", "1", "--checkpoint-every", "1", "--data-dir", str(runs), *TINY, **ignored)
             train = start_held_driver(cluster, cli, tmp_path / "hold-train", "experiments.breakout", "--backend", "ray",
                                       "--ray-address", address, "--n-workers", "1", "--checkpoint-every", "1",
-                                      "--data-dir", str(runs), *TINY)
+                                      "--data-dir", str(runs), *TINY, **ignored)
             starting = start_held_driver(cluster, cli, tmp_path / "hold-start", "experiments.breakout", "--backend", "ray",
                                          "--ray-address", address, "--n-workers", "1", "--data-dir", str(runs), *TINY,
-                                         HOLD_AT_START="1")
+                                         HOLD_AT_START="1", **ignored)
             drivers = (sweep, pbt, train, starting)
             try:
                 [trial] = held_runs(tmp_path / "hold-sweep", 1, sweep)

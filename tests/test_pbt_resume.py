@@ -41,9 +41,11 @@ from tests.ray_checks import check_private, snapshot
 # they checkpoint update 1, touching HOLD_DIR/<pid>, until their run is asked to stop; they then
 # checkpoint and stop as they would have. So the test's Ctrl-C lands while every member trains,
 # whatever the machine's load. Defined in __main__, so Ray sends the wrapper to the members'
-# workers by value.
+# workers by value. It starts the population with SIGINT ignored, as `cmd &` in a script does (and a
+# test session started that way did): the Ctrl-C must stop it all the same.
 HELD_MEMBERS = """
-import sys
+import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's background job (`cmd &`) starts: Python sets no handler
 import experiments.pbt.population as population
 def held(run_member):
     def held_member(*args, **kwargs):

@@ -39,8 +39,9 @@ from experiments.pbt.population import PrivateDashboard, run_segment
 from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
 from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import RunFolder
+from experiments.run.stopping import signals_stop_as_ctrl_c
 from experiments.shared_data_dir import DataDirMark, DataDirNotShared
-from experiments.sweep import connect, sigterm_as_ctrl_c
+from experiments.sweep import connect
 from game.atari import canonical_game, is_known_game
 from game.vector.private_ray import cluster_refusal, ray_refusal, stop_ray
 from game.vector.ray_cluster import head_lost, lost_now
@@ -326,8 +327,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if address is not None and (refusal := cluster_refusal(address)) is not None:
         fail(refusal)  # a cluster this driver cannot join, said before anything starts
 
-    # A SIGTERM stops the population as Ctrl-C does; `connect` keeps this handler through ray.init.
-    signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
+    signals_stop_as_ctrl_c()  # SIGINT and SIGTERM; `connect` keeps SIGTERM's through ray.init
     return run(population, address)
 
 

@@ -1,5 +1,6 @@
 """Ctrl-C and SIGTERM without losing work: the first asks the run to stop (what it then does is
-the `plan` its message says); a second one stops at once."""
+the `plan` its message says); a second one stops at once. A driver of many runs (a sweep, a
+population) stops at a KeyboardInterrupt instead: `signals_stop_as_ctrl_c`."""
 
 from __future__ import annotations
 
@@ -41,3 +42,14 @@ class GracefulStop:
     @property
     def exit_code(self) -> int:
         return 128 + int(signal.Signals[self.requested]) if self.requested else 0
+
+
+def signals_stop_as_ctrl_c() -> None:
+    """SIGINT and SIGTERM both raise KeyboardInterrupt in this process (a driver that stops its runs
+    there). SIGINT's is set too: Python sets it only when SIGINT was not ignored at start, and a
+    command a script starts in the background (`cmd &`, nohup) starts with SIGINT ignored, where a
+    `kill -INT`, and the SIGINT that a lost cluster head's watcher sends (game/vector/ray_cluster.py),
+    did nothing: the driver waited on its runs for good. `ray.init` replaces SIGTERM's handler, so
+    a driver puts it back after (experiments/sweep.py `connect`)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
