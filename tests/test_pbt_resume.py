@@ -83,10 +83,11 @@ def population(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         return run_population(first, data, held, cli)
-    finally:  # a failed wait above must not leave the population running
+    finally:  # a failed wait above must not leave the population running, nor its dashboard (a session of its own)
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
             first.communicate()
+            cli.kill_leftovers()
 
 
 def run_population(first: subprocess.Popen[str], data: Path, held: Path, cli: Cli) -> dict[str, Any]:
