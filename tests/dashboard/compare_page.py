@@ -12,6 +12,18 @@ from browser import Browser
 
 PAGE_LIMIT_S = 60.0
 
+# The first ten colours of the page's palette, in its order (compare.js COLORS).
+HASHED_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                  "#bcbd22", "#17becf"]
+
+
+def fnv1a(text: str) -> int:
+    """The 32-bit FNV-1a hash the page picks a run's colour with."""
+    h = 0x811C9DC5
+    for c in text:
+        h = ((h ^ ord(c)) * 0x01000193) & 0xFFFFFFFF
+    return h
+
 
 def wait(browser: Browser, expression: str) -> bool:
     """`browser.wait_until`, also across a navigation (its page's context goes away meanwhile)."""
