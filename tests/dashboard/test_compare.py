@@ -312,10 +312,11 @@ def test_runs_keep_their_colours_say_when_and_how_they_ran_and_scores_start_at_a
     # A run's colour is its uuid's hash, on any page; of two runs that hash alike, the later in uuid
     # order takes the next colour of the ten (so b beside a can differ from b alone: about 1 pair in 10).
     first, second = sorted((a, b))
-    second_colour = HASHED_COLOURS[(fnv1a(second) + (fnv1a(second) % 10 == fnv1a(first) % 10)) % 10]
-    assert shown[(a, b)]["curves"] == shown[(b, a)]["curves"] == {first: HASHED_COLOURS[fnv1a(first) % 10],
-                                                                  second: second_colour}
-    assert shown[(b,)]["curves"] == {b: HASHED_COLOURS[fnv1a(b) % 10]}
+    slot = {uuid: fnv1a(uuid) % 10 for uuid in (a, b)}
+    second_slot = (slot[second] + 1) % 10 if slot[second] == slot[first] else slot[second]
+    assert shown[(a, b)]["curves"] == shown[(b, a)]["curves"] == {first: HASHED_COLOURS[slot[first]],
+                                                                  second: HASHED_COLOURS[second_slot]}
+    assert shown[(b,)]["curves"] == {b: HASHED_COLOURS[slot[b]]}
     for uuid, run_dir in zip((a, b), seeds["dirs"], strict=True):
         start = compare(dashboard, [uuid])[1]["runs"][uuid]["start_time"]
         assert ["completed", datetime.fromtimestamp(start).strftime("%Y-%m-%d %H:%M")] in shown[(a, b)]["rows"]
