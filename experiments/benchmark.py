@@ -101,9 +101,9 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
     import torch
 
     from experiments.benchmark_measures import measure_ale_vector, measure_network, measure_pool_and_trainer, status_kb
-    from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_compute
+    from ppo.devices import machine_fingerprint, precision_label, resolve_compute
 
-    device, compute_dtype = resolve_compute(config.device, config.precision)
+    device, precision = resolve_compute(config.device, config.precision)
     started = time.perf_counter()
     result: dict[str, Any] = {}
     log(f"[1/3] ale-py AtariVectorEnv, {config.n_envs} envs, {os.cpu_count()} threads, alone in a fresh process …")
@@ -112,10 +112,10 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
     log(f"[2/3] {_pool_name(config)} ({config.n_workers} workers × {config.envs_per_worker} envs) and the trainer on {device} …")
     result.update(measure_pool_and_trainer(config, device, duration, warmup_updates))
     log("[3/3] network alone in a fresh process (pool closed)" + (", eager then torch.compile" if compiled else "") + " …")
-    network = in_fresh_process(measure_network, config, result["n_actions"], device, duration, compute_dtype, compiled)
+    network = in_fresh_process(measure_network, config, result["n_actions"], device, duration, precision, compiled)
     result.update(network, network_pid=network.pop("pid"), benchmark_pid=os.getpid())
 
-    result["precision"] = precision_of(compute_dtype)
+    result["precision"] = precision
     # What a plain run on this machine computes in, as its first lines say it: "fp32 (auto)", "bf16".
     result["precision_label"] = precision_label(config.precision, device)
     result["bound_sps"] = bound_sps(result["ale_vector_sps"], result["infer_sps"], result["train_sps"],

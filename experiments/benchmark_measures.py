@@ -227,13 +227,13 @@ def sampling_breakdown(before: list[tuple[int, int] | None], after: list[tuple[i
 
 
 def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, frames: np.ndarray,
-                   memory_format: torch.memory_format, generator: torch.Generator, compute_dtype: torch.dtype | None = None,
+                   memory_format: torch.memory_format, generator: torch.Generator, precision: str = "fp32",
                    compiled: bool = False) -> tuple[Callable[[], None], Callable[[], None]]:
     """(one inference step at batch n_envs, one training step at the minibatch size) on a fresh model;
     `compiled`: its forward through `torch.compile` (inductor; backward through AOTAutograd). The
     training step is the trainer's own (`ppo.update.minibatch_step`), on random targets."""
     torch.manual_seed(config.seed)
-    model = ActorCritic(n_actions, config.frame_stack, compute_dtype=compute_dtype)
+    model = ActorCritic(n_actions, config.frame_stack, precision=precision)
     model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
     net: Forward = torch.compile(model, dynamic=False) if compiled else model
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
@@ -259,10 +259,10 @@ def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, fram
 
 
 def measure_network(config: PPOConfig, n_actions: int, device: torch.device, duration: float,
-                    compute_dtype: torch.dtype | None = None, compiled: bool = False) -> dict[str, Any]:
+                    precision: str = "fp32", compiled: bool = False) -> dict[str, Any]:
     """Eager ActorCritic alone, all cores: inference at n_envs, training at the minibatch size; in
-    fp32 each in contiguous and channels-last memory format, the best of the two reported; with a
-    `compute_dtype` (bf16) also in it, channels-last (the layout oneDNN's bf16 kernels use).
+    fp32 each in contiguous and channels-last memory format, the best of the two reported; in another
+    `precision` (bf16, bf16-emulated) also in it, channels-last (the layout oneDNN's bf16 kernels use).
     `compiled`: the same two steps at the run's precision through `torch.compile` as well, for
     comparison only (the trainer runs eager); `compile_s` is the time of the first calls."""
     torch.set_num_threads(os.cpu_count() or 1)
@@ -282,8 +282,8 @@ def measure_network(config: PPOConfig, n_actions: int, device: torch.device, dur
     out["infer_memory_format"] = max(("contiguous", "channels_last"), key=lambda k: out[f"infer_sps_{k}"])
     out["train_memory_format"] = max(("contiguous", "channels_last"), key=lambda k: out[f"train_sps_{k}"])
     fmt = torch.channels_last if out["infer_memory_format"] == "channels_last" else torch.contiguous_format
-    if compute_dtype is not None:
-        infer, train = _network_steps(config, n_actions, device, frames, torch.channels_last, generator, compute_dtype)
+    if precision != "fp32":
+        infer, train = _network_steps(config, n_actions, device, frames, torch.channels_last, generator, precision)
         out["infer_sps_bf16"] = out["infer_sps"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
         out["train_sps_bf16"] = out["train_sps"] = timed_rate(train, config.minibatch_size, duration, warmup, sync=sync)["rate"]
         out["infer_memory_format"] = out["train_memory_format"] = "channels_last"
@@ -291,7 +291,7 @@ def measure_network(config: PPOConfig, n_actions: int, device: torch.device, dur
     else:
         out["infer_sps"], out["train_sps"] = out["infer_sps_fp32"], out["train_sps_fp32"]
     if compiled:
-        infer, train = _network_steps(config, n_actions, device, frames, fmt, generator, compute_dtype, compiled=True)
+        infer, train = _network_steps(config, n_actions, device, frames, fmt, generator, precision, compiled=True)
         first = time.perf_counter()
         for _ in range(2):  # the first call compiles; the second must not (a recompile would show here)
             infer(), train()
@@ -300,7 +300,7 @@ def measure_network(config: PPOConfig, n_actions: int, device: torch.device, dur
         out["train_sps_compiled"] = timed_rate(train, config.minibatch_size, duration, warmup, sync=sync)["rate"]
     # Inference on one thread: what sampling gets if it leaves the other cores to the workers.
     torch.set_num_threads(1)
-    infer, _ = _network_steps(config, n_actions, device, frames, fmt, generator, compute_dtype)
+    infer, _ = _network_steps(config, n_actions, device, frames, fmt, generator, precision)
     out["infer_sps_1_thread"] = timed_rate(infer, config.n_envs, duration, warmup, sync=sync)["rate"]
     torch.set_num_threads(out["torch_threads"])
     return out

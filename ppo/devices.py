@@ -40,9 +40,10 @@ def has_fast_bf16(device: torch.device) -> bool:
     return any(check() for check in checks if check is not None)
 
 
-def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for `--precision` on `device` (None: plain fp32); `ConfigError` naming
-    `--precision` when bf16 is asked of a device without it — before anything starts.
+def resolve_precision(name: str, device: torch.device) -> str:
+    """What `--precision name` computes in on `device`: fp32, bf16 or bf16-emulated (ppo/precision.py);
+    `ConfigError` naming `--precision` when bf16 is asked of a device without it, or the emulation
+    of a GPU (whose fp32 convolutions may run in TF32, not fp32) — before anything starts.
 
     `auto` is fp32: a default must learn as much per agent step as fp32 does, and bf16 has not been
     shown to (docs/precision.md has the runs). bf16 stays a choice (`--precision bf16`) for wall-clock
@@ -50,29 +51,26 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
     """
     if (accepted := precision_name(name)) is not None:
         raise ConfigError("precision", name, accepted)
-    if name != "bf16":
-        return None
-    if not has_fast_bf16(device):
+    if name == "bf16-emulated" and device.type != "cpu":
+        raise ConfigError("precision", name, f"auto, fp32{', bf16' if has_fast_bf16(device) else ''} on a GPU "
+                                             "(the emulation rounds on fp32 CPU kernels)")
+    if name == "bf16" and not has_fast_bf16(device):
         where = "this GPU" if device.type == "cuda" else "this CPU (no AVX512-BF16, no AMX)"
-        raise ConfigError("precision", name, f"fp32 or auto on {where}")
-    return torch.bfloat16
+        raise ConfigError("precision", name, f"fp32, auto or bf16-emulated on {where}" if device.type == "cpu"
+                          else f"fp32 or auto on {where}")
+    return "fp32" if name == "auto" else name
 
 
-def resolve_compute(device: str, precision: str) -> tuple[torch.device, torch.dtype | None]:
+def resolve_compute(device: str, precision: str) -> tuple[torch.device, str]:
     """`--device` and `--precision` together, as every command that computes takes them: the device
-    (`resolve_device`) and the autocast dtype there (`resolve_precision`)."""
+    (`resolve_device`) and what the network computes in there (`resolve_precision`)."""
     resolved = resolve_device(device)
     return resolved, resolve_precision(precision, resolved)
 
 
-def precision_of(compute_dtype: torch.dtype | None) -> str:
-    """The name of what a network computes in, from its autocast dtype (`resolve_precision`)."""
-    return "fp32" if compute_dtype is None else "bf16"
-
-
 def precision_label(name: str, device: torch.device) -> str:
     """What `--precision name` runs as on `device`, for people: `bf16`, `fp32`, `fp32 (auto)`."""
-    resolved = precision_of(resolve_precision(name, device))
+    resolved = resolve_precision(name, device)
     return f"{resolved} (auto)" if name == "auto" else resolved
 
 

@@ -8,6 +8,8 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from ppo.precision import ARITHMETICS, computing_in
+
 L = TypeVar("L", nn.Conv2d, nn.Linear)  # a layer with weight and bias (both are made with bias=True here)
 
 
@@ -24,12 +26,14 @@ class ActorCritic(nn.Module):
     """uint8 frames (B, frame_stack, 84, 84) → action logits (B, n_actions) and values (B,)."""
 
     def __init__(self, n_actions: int, frame_stack: int = 4, channels_last: bool = False,
-                 compute_dtype: torch.dtype | None = None) -> None:
+                 precision: str = "fp32") -> None:
         super().__init__()
-        # bf16 autocast: convolutions and matmuls in bfloat16 (AMX/AVX512-BF16 on CPU, tensor cores
-        # on GPU), weights, gradients and Adam kept in fp32; the outputs are returned as fp32, so
-        # the losses, log-probabilities and values downstream are fp32 whatever the precision.
-        self.compute_dtype = compute_dtype
+        # bf16 (autocast): convolutions and matmuls in bfloat16 (AMX/AVX512-BF16 on CPU, tensor
+        # cores on GPU), weights, gradients and Adam kept in fp32; bf16-emulated: the same roundings
+        # on fp32 kernels (ppo/precision.py). The outputs are returned as fp32, so the losses,
+        # log-probabilities and values downstream are fp32 whatever the precision.
+        assert precision in ARITHMETICS, precision
+        self.precision = precision
         # Channels-last (NHWC) lets oneDNN's CPU convolutions skip layout reorders: the same
         # numbers, faster (docs/benchmarks.md, "What each choice in the loop buys"). Parameters keep their identity.
         self.channels_last = channels_last
@@ -57,11 +61,12 @@ class ActorCritic(nn.Module):
         # Scaling here keeps frames uint8 (4× smaller) everywhere before the first layer.
         if self.channels_last:  # reorder the uint8 frames, 4× fewer bytes than after the cast
             observations = observations.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(observations.device.type, dtype=self.compute_dtype, enabled=self.compute_dtype is not None):
+        with computing_in(self.precision, observations.device.type):
             # In bf16 the frames go from uint8 straight to bf16 (0–255 are exact there) and are
             # scaled in it: bit for bit what scaling in fp32 and letting autocast cast gives
             # (tests/test_precision.py), without a 4-byte copy of every frame of the minibatch.
-            hidden = self.trunk(observations.to(self.compute_dtype or torch.float32) / 255.0)
+            # The emulation scales in fp32 and rounds at the first layer: the same bf16 values.
+            hidden = self.trunk(observations.to(torch.bfloat16 if self.precision == "bf16" else torch.float32) / 255.0)
             logits, values = self.policy(hidden), self.value(hidden).squeeze(-1)
         return logits.float(), values.float()
 

@@ -33,7 +33,7 @@ from experiments.run.updates_csv import UpdatesCsv, read_updates
 from game.vector import ClusterLost, PoolError, WorkerKeepsFailing, game_specs, make_pool
 from game.vector.private_ray import ray_node_id
 from ppo.checkpoint import Checkpoint, CheckpointError, save_checkpoint, write_json
-from ppo.devices import machine_fingerprint, precision_label, precision_of, resolve_device
+from ppo.devices import machine_fingerprint, precision_label, resolve_device
 from ppo.evaluation import record_training_video
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
@@ -274,7 +274,7 @@ class TrainingRun:
             "score_mean_100": trainer.records.score_mean(),
             "games": trainer.records.games,
             "worker_restarts": trainer.worker_restarts,
-            "precision": precision_of(trainer.model.compute_dtype),  # what `auto` became here
+            "precision": trainer.model.precision,  # what `auto` became here
             "machines": leg.machines,
             "node_id": ray_node_id(),  # the Ray node the trainer ran on (a sweep trial's, a member's), if any
             "ray_nodes": getattr(trainer.pool, "nodes_used", lambda: None)(),  # Ray's node ids, for --backend ray
