@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from statistics import NormalDist
 
 import numpy as np
 
@@ -100,4 +101,32 @@ def compare(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) ->
                       difference + half, t, df, p, permutation_p(xa, xb))
 
 
-__all__ = ["Comparison", "compare", "permutation_p", "t_cdf", "t_quantile"]
+@dataclass(frozen=True)
+class NonInferiority:
+    """Is B no worse than A by more than `margin`? `low` is the one-sided lower confidence bound of
+    mean(B) − mean(A) (Welch); B is non-inferior when it lies above −margin."""
+    difference: float
+    low: float
+    margin: float
+
+    @property
+    def holds(self) -> bool:
+        return self.low > -self.margin
+
+
+def non_inferiority(a: Sequence[float], b: Sequence[float], margin: float, confidence: float = 0.95) -> NonInferiority:
+    """The one-sided test of B against A at `margin` (a two-sided interval at 1 − 2(1 − confidence)
+    has the same lower end: 90% two-sided for the usual 95% one-sided)."""
+    two_sided = compare(a, b, confidence=1 - 2 * (1 - confidence))
+    return NonInferiority(two_sided.difference, two_sided.low, margin)
+
+
+def seeds_needed(sd_a: float, sd_b: float, margin: float, confidence: float = 0.95, power: float = 0.8) -> int:
+    """Seeds a side for the one-sided test at `margin` to hold with probability `power` when the
+    two sides truly learn alike: n = (z_confidence + z_power)² (sd_a² + sd_b²) / margin² (normal
+    approximation; the t's heavier tails need a seed or two more at small n)."""
+    z = NormalDist().inv_cdf(confidence) + NormalDist().inv_cdf(power)
+    return math.ceil(z * z * (sd_a ** 2 + sd_b ** 2) / margin ** 2)
+
+
+__all__ = ["Comparison", "NonInferiority", "compare", "non_inferiority", "permutation_p", "seeds_needed", "t_cdf", "t_quantile"]

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from experiments.seed_stats import compare, permutation_p, t_cdf, t_quantile
+from experiments.seed_stats import compare, non_inferiority, permutation_p, seeds_needed, t_cdf, t_quantile
 
 
 def test_t_cdf_with_one_degree_of_freedom_is_the_cauchy_cdf() -> None:
@@ -45,3 +45,19 @@ def test_welch_interval_worked_by_hand() -> None:
 def test_a_single_seed_has_no_spread_to_test() -> None:
     with pytest.raises(ValueError, match="at least 2 seeds a side"):
         compare([1.0], [2.0, 3.0])
+
+
+def test_non_inferiority_worked_by_hand() -> None:
+    # a = 1, 2, 3 and b = 2, 3, 4: difference +1, each variance 1, se = √(1/3 + 1/3) = 0.8165,
+    # Welch df = (2/3)² / ((1/3)²/2 · 2) = 4; the one-sided 95% t at df 4 is 2.1318 (tables), so the
+    # lower bound is 1 − 2.1318 × 0.8165 = −0.7406: no worse by 1, not shown no worse by 0.5.
+    test = non_inferiority([1, 2, 3], [2, 3, 4], margin=1.0)
+    assert test.difference == pytest.approx(1.0) and test.low == pytest.approx(-0.7406, abs=1e-3)
+    assert test.holds and not non_inferiority([1, 2, 3], [2, 3, 4], margin=0.5).holds
+
+
+def test_seeds_needed_worked_by_hand() -> None:
+    # z(0.95) + z(0.8) = 1.644854 + 0.841621 = 2.486475, squared 6.182557.
+    assert seeds_needed(2.0, 2.0, 1.0) == 50  # 6.182557 × 8 / 1 = 49.46
+    assert seeds_needed(2.5, 1.0, 1.25) == 29  # 6.182557 × 7.25 / 1.5625 = 28.69
+    assert seeds_needed(2.0, 2.0, 4.0) == 4  # 49.46 / 16 = 3.09
