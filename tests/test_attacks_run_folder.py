@@ -252,6 +252,22 @@ def test_saving_never_follows_a_link_to_the_checkpoint(tmp_path: Path) -> None:
     assert target.read_bytes() == b"the user's" and not link.is_symlink()
 
 
+def test_a_film_never_writes_through_a_link_planted_at_its_temporary_name(cli, tmp_path: Path) -> None:
+    """F7 (issue 71): `evaluate --video NAME` wrote the film through a link planted at
+    `.NAME.partial.mp4` in the run's folder, into whatever file the link named."""
+    summary = first_leg(cli, tmp_path / "runs")
+    run_dir = Path(summary["run_dir"])
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"the user's")
+    (run_dir / ".film.partial.mp4").symlink_to(victim)
+    result = cli.run("experiments.evaluate", "--checkpoint", summary["checkpoint"], "--games", "1", "--video", "film.mp4")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert victim.read_bytes() == b"the user's"
+    film = run_dir / "film.mp4"
+    assert not film.is_symlink() and film.read_bytes()[4:8] == b"ftyp"  # an MP4 of its own
+    assert not os.path.lexists(run_dir / ".film.partial.mp4")
+
+
 # ---- item 3: garbage emulator states are refused before any worker starts -------------------------------
 
 @pytest.mark.parametrize("garbage", ["random bytes", "a cut state", "an oversized state"])

@@ -40,9 +40,22 @@ def _even(n: int) -> int:
     return n + n % 2
 
 
-def _open_h264(path: Path, fps: float, size: tuple[int, int]) -> tuple[av.container.OutputContainer, av.VideoStream]:
-    """An MP4 at `path` with one H.264 stream of `size` (width, height) at `fps`, its file opened."""
-    container = av.open(str(path), mode="w", format="mp4", container_options=CONTAINER_OPTIONS)
+def _create_new(path: Path) -> tuple[int, str]:
+    """`path` made anew, never through a link planted there: the name is removed first (a link
+    itself, not what it points to; or a film a killed evaluation left), then created with O_EXCL and
+    O_NOFOLLOW, so a link put back in between fails the open instead of being followed. Returns the
+    open descriptor and the name FFmpeg is to open: /proc/self/fd/N, the very file whatever the name
+    `path` holds by then (FFmpeg opens it twice: to write, then to read the index back to the front)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    by_descriptor = f"/proc/self/fd/{fd}"
+    return fd, by_descriptor if os.path.exists(by_descriptor) else str(path)
+
+
+def _open_h264(name: str, fps: float, size: tuple[int, int]) -> tuple[av.container.OutputContainer, av.VideoStream]:
+    """An MP4 at `name` with one H.264 stream of `size` (width, height) at `fps`, its file opened."""
+    container = av.open(name, mode="w", format="mp4", container_options=CONTAINER_OPTIONS)
     try:
         # A frame's timestamp counts frames: time base 1/fps (60/7 fps stays exact too).
         rate = Fraction(fps).limit_denominator(1001)
@@ -75,8 +88,13 @@ class VideoRecorder:
         self._screen_size = (width * scale, height * scale)
         self._temp = self.path.with_name(f".{self.path.stem}.partial{self.path.suffix or '.mp4'}")
         try:
-            self._container, self._stream = _open_h264(self._temp, fps, self.size)
+            self._fd, name = _create_new(self._temp)
+        except OSError as e:  # a missing or unwritable folder, or a link put back at the temporary name
+            raise OSError(f"cannot write an H.264 video at {self.path}: {e.strerror or type(e).__name__}") from e
+        try:
+            self._container, self._stream = _open_h264(name, fps, self.size)
         except av.FFmpegError as e:
+            os.close(self._fd)
             self._remove_temp()
             raise OSError(f"cannot write an H.264 video at {self.path}: {e}") from e
         self._canvas = np.zeros((self.size[1], self.size[0], 3), np.uint8)
@@ -105,8 +123,10 @@ class VideoRecorder:
             self._container.mux(self._stream.encode(None))  # the frames the encoder still holds
             self._container.close()
         except BaseException:
+            os.close(self._fd)
             self._remove_temp()
             raise
+        os.close(self._fd)
         os.replace(self._temp, self.path)
 
     def abort(self) -> None:
@@ -116,6 +136,7 @@ class VideoRecorder:
         self._done = True
         with contextlib.suppress(av.FFmpegError, OSError):
             self._container.close()
+        os.close(self._fd)
         self._remove_temp()
 
     def _remove_temp(self) -> None:
