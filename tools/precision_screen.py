@@ -25,8 +25,9 @@ d_k = Δθ(precision, k) − Δθ(fp32, k) projected on the mean fp32 step's dir
 against its standard error (t), and as a share of that step (a bf16 that takes 1% shorter steps has
 shrink = −0.01). When both bf16 and bf16-emulated are given, the script also shows the emulation's
 distance from real bf16 against bf16's from fp32, per order, and, as the yardsticks of that
-distance, fp32 and bf16 each on one thread against itself on all: the same arithmetic summed in
-another order, the smallest change an update can see. Nothing is written to the run. The
+distance, fp32 and bf16 each in the other memory layout (channels-last or not) against itself in
+the run's: the same arithmetic through other oneDNN kernels, which sum in other orders, as the
+emulation's fp32 kernels do. Nothing is written to the run. The
 last line printed is one JSON object.
 """
 
@@ -49,7 +50,7 @@ from experiments.evaluate import check_device_name, parse_device, read_checked
 from experiments.run.console import say
 
 PROG = "python tools/precision_screen.py"
-ONE_THREAD = " on 1 thread"  # a precision's update with the trainer's threads set to 1
+OTHER_LAYOUT = " in the other layout"  # a precision's update with the other memory layout's kernels
 ORDER_SEED = 10_007  # other minibatch orders: numpy streams seeded (ORDER_SEED, k), k = 1 … --orders
 
 
@@ -125,24 +126,28 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
         def flat() -> Any:
             return torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
 
+        def set_layout(channels_last: bool) -> None:  # the parameters keep their identity (Adam's keys)
+            trainer.model.channels_last = channels_last
+            trainer.model.to(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
         def update(precision: str, order: int) -> tuple[Any, Any]:
             trainer.restore(before)
             if order:
                 trainer.shuffle_rng.bit_generator.state = np.random.default_rng((ORDER_SEED, order)).bit_generator.state
-            threads = trainer.train_threads
-            if precision.endswith(ONE_THREAD):  # the same arithmetic summed in another order
-                trainer.train_threads, precision = 1, precision.removesuffix(ONE_THREAD)
-            trainer.model.precision = precision
+            layout = trainer.model.channels_last
+            if precision.endswith(OTHER_LAYOUT):  # the same arithmetic, other kernels: other summation orders
+                set_layout(not layout)
+            trainer.model.precision = precision.removesuffix(OTHER_LAYOUT)
             trainer.optimize(settings)
-            trainer.model.precision, trainer.train_threads = "fp32", threads  # the policy read in fp32: the parameters alone
+            trainer.model.precision = "fp32"  # the policy read in fp32: the parameters alone
+            set_layout(layout)
             with torch.inference_mode():
                 logits = torch.cat([trainer.model(chunk)[0] for chunk in held_out.split(256)])
             return flat(), logits
 
         trainer.restore(before)
-        start, train_threads = flat(), trainer.train_threads
-        floor = [f"{p}{ONE_THREAD}" for p in ("fp32", "bf16")] if {"bf16", "bf16-emulated"} <= set(precisions) \
-            and trainer.train_threads > 1 else []
+        start = flat()
+        floor = [f"{p}{OTHER_LAYOUT}" for p in ("fp32", "bf16")] if {"bf16", "bf16-emulated"} <= set(precisions) else []
         results = {p: [update(p, k) for k in range(orders + 1)] for p in ["fp32", *precisions, *floor]}
     fp32 = results["fp32"]
 
@@ -152,7 +157,8 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
     noise = [from_fp32(fp32[k], 0) for k in range(1, orders + 1)]
     row: dict[str, Any] = {
         "checkpoint": str(path), "update": at_update, "env_steps": at_steps, "held_out_frames": len(held_out),
-        "update_rel_size": float((fp32[0][0] - start).norm() / start.norm()), "train_threads": train_threads,
+        "update_rel_size": float((fp32[0][0] - start).norm() / start.norm()),
+        "layout": "channels_last" if config.channels_last else "contiguous",
         "noise": {m: {"min": min(n[m] for n in noise), "median": statistics.median(n[m] for n in noise),
                       "max": max(n[m] for n in noise)} for m in ("rel", "kl")},
         "precisions": {}}
@@ -171,10 +177,10 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
                                 "bf16_from_fp32": statistics.fmean(g[m] for g in gap),
                                 "closer_by": min(g[m] / max(a[m], 1e-30) for a, g in zip(apart, gap, strict=True))}
                             for m in ("rel", "kl")}
-    for p in floor:  # each against itself on all the trainer's threads
-        own = results[p.removesuffix(ONE_THREAD)]
+    for p in floor:  # each against itself in the run's layout
+        own = results[p.removesuffix(OTHER_LAYOUT)]
         summed = [distances(torch, results[p][k][0], own[k][0], start, results[p][k][1], own[k][1]) for k in range(orders + 1)]
-        row.setdefault("summation_order", {})[p.removesuffix(ONE_THREAD)] = {
+        row.setdefault("summation_order", {})[p.removesuffix(OTHER_LAYOUT)] = {
             m: statistics.fmean(d[m] for d in summed) for m in ("rel", "kl")}
     return row
 
@@ -193,10 +199,10 @@ def print_row(row: dict[str, Any]) -> None:
     if "emulation" in row:
         e = row["emulation"]
         print(f"  bf16-emulated from bf16: rel {e['rel']['from_bf16']:.3g} (bf16 from fp32 {e['rel']['bf16_from_fp32']:.3g}, "
-              f"≥ {e['rel']['closer_by']:.0f}× closer in every order), kl {e['kl']['from_bf16']:.3g} "
-              f"(bf16 from fp32 {e['kl']['bf16_from_fp32']:.3g}, ≥ {e['kl']['closer_by']:.0f}× closer)")
+              f"at least {e['rel']['closer_by']:.2g}× closer in every order), kl {e['kl']['from_bf16']:.3g} "
+              f"(bf16 from fp32 {e['kl']['bf16_from_fp32']:.3g}, at least {e['kl']['closer_by']:.2g}× closer)")
     for p, f in row.get("summation_order", {}).items():
-        print(f"  {p} on 1 thread from {p} on {row['train_threads']} (the same arithmetic summed in another order): "
+        print(f"  {p} in the other memory layout from {p} in {row['layout']} (the same arithmetic, other kernels): "
               f"rel {f['rel']:.3g}, kl {f['kl']:.3g}")
     sys.stdout.flush()
 
