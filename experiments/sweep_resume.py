@@ -11,7 +11,10 @@ other trial runs again under its own run uuid, from its last checkpoint when it 
 from __future__ import annotations
 
 import csv
+import os
+import re
 import shlex
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +40,14 @@ def resumed_rows(path: Path, rows: list[dict[str, Any]], names: list[str], score
     when the file is not this sweep's results."""
     where = f"--resume {path}"
     try:
-        with path.open(newline="") as f:
+        # O_NONBLOCK: a FIFO (or a device) given here opens at once and is refused by its type,
+        # instead of the sweep waiting for ever on a writer that never comes.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise SweepError(f"{where}: expected a sweep's results CSV (a regular file; this is a FIFO, device, socket or folder)")
+        os.set_blocking(fd, True)
+        with open(fd, newline="") as f:
             saved = {row.get("trial"): row for row in csv.DictReader(f)}
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise SweepError(f"{where}: expected a sweep's results CSV ({getattr(e, 'strerror', None) or e})") from None
@@ -45,12 +55,20 @@ def resumed_rows(path: Path, rows: list[dict[str, Any]], names: list[str], score
         raise SweepError(f"{where}: expected the results of this sweep's {len(rows)} trials (it holds {len(saved)} rows): "
                          "give the options the sweep was started with")
     done = set()
+    uuids = [old.get("run_uuid") for old in saved.values()]
+    if len(set(uuids)) != len(uuids):
+        raise SweepError(f"{where}: expected one run per trial (a run_uuid is listed twice)")
     for i, row in enumerate(rows):
         old = saved[str(row["trial"])]
         for name in names:
             if old.get(name) != str(row[name]):
                 raise SweepError(f"{where}: trial {row['trial']} has {name}={old.get(name)} there, {row[name]} here: "
                                  "give the options the sweep was started with")
+        # The uuid names the folder the trial goes on in: anything but a run's uuid (`../../x`) would
+        # put it outside the data folder, or continue and rewrite another run (as population.json's check).
+        if not re.fullmatch(r"[0-9a-f]{32}", old.get("run_uuid") or ""):
+            raise SweepError(f"{where}: trial {row['trial']} has run_uuid={old.get('run_uuid')!r} there: expected the uuid "
+                             "of a run (32 hex digits)")
         row["run_uuid"] = old["run_uuid"]
         if old.get("status") == "completed":
             done.add(i)
