@@ -5,6 +5,7 @@ command line and a terminal: tests/test_console.py."""
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 from labml.internal.experiment import Experiment
@@ -80,3 +81,24 @@ def test_the_labml_internals_we_adjust_still_exist() -> None:
     # that renames them must fail here rather than silently bring the commit message back.
     assert hasattr(Experiment, "_Experiment__print_info")
     assert isinstance(logger_singleton()._Logger__destinations, list)
+
+
+def test_a_terminal_of_0_columns_gets_the_whole_line() -> None:
+    """A terminal that reports 0 columns made tqdm's width −1, and the line lost its end (issue 71)."""
+    import fcntl
+    import struct
+    import termios
+
+    from experiments.run.progress import _Line
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 0, 0, 0))  # rows 24, columns 0
+    with os.fdopen(slave, "w") as terminal, os.fdopen(master, "rb", buffering=0) as screen:
+        line = _Line(total=3, file=terminal, bar_format="{text}", dynamic_ncols=True, mininterval=0)
+        line.text = "update 1/3 · score 1.5"
+        line.refresh()
+        terminal.flush()
+        os.set_blocking(master, False)  # what the write put on the terminal is there once it returned
+        shown = screen.read(4096) or b""
+        line.close()
+    assert shown.decode().split("\r")[-1] == "update 1/3 · score 1.5"

@@ -71,7 +71,10 @@ class _Line(tqdm):
     @property
     def format_dict(self) -> dict[str, Any]:
         values = dict(super().format_dict)
-        values["ncols"] = values.get("ncols") or None  # a terminal that reports 0 columns: do not cut
+        # A terminal that reports 0 columns (some `docker exec -t` and CI terminals): tqdm's width
+        # is then 0 or -1, and it would cut the line to nothing or drop its last character.
+        ncols = values.get("ncols")
+        values["ncols"] = ncols if isinstance(ncols, int) and ncols > 0 else None
         values["text"] = self.text
         return values
 
