@@ -4,6 +4,7 @@ or a YAML file, each value checked as its config field's type."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import itertools
 import math
 import typing
@@ -43,11 +44,20 @@ def whole_number(value: Any, where: str, low: int, high: int) -> int:
     return number
 
 
+def _check_name(name: str, where: str) -> str:
+    """`name` when it is a hyperparameter's; else SweepError naming `where` it was given, with the
+    nearest name (`learnin_rate` → learning_rate), as the command line answers an unknown option."""
+    fields = [f.name for f in config_fields()]
+    if name not in fields:
+        guess = next(iter(difflib.get_close_matches(name, fields, n=1)), None)
+        hint = f"; did you mean {guess}?" if guess else " (see python -m experiments.breakout --help)"
+        raise SweepError(f"{where}: expected the name of a hyperparameter ({name!r} is none){hint}")
+    return name
+
+
 def _field_value(name: str, value: object) -> ConfigValue:
     """`value` (text, or a YAML scalar) as field `name`'s type; SweepError names what is wrong."""
-    fields = {f.name for f in config_fields()}
-    if name not in fields:
-        raise SweepError(f"{name!r} is not a hyperparameter (see python -m experiments.breakout --help)")
+    _check_name(name, f"{name}={value}")
     convert, accepted = value_converter(typing.get_type_hints(PPOConfig)[name])
     try:
         return convert(str(value))
@@ -145,15 +155,19 @@ def search_space(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any]]
     data = read_yaml(Path(args.config)) if args.config is not None else {}
     grid: dict[str, list[Any]] = {}
     for name, values in (data.get("grid") or {}).items():
+        _check_name(str(name), f"--config {args.config}: grid")
         values = values if isinstance(values, list) else str(values).split(",")
         grid[name] = [_field_value(name, v) for v in values]
-    random = {name: parse_distribution(name, text) for name, text in (data.get("random") or {}).items()}
+    random = {_check_name(str(name), f"--config {args.config}: random"): parse_distribution(name, text)
+              for name, text in (data.get("random") or {}).items()}
     for text in args.grid:
         name, values = _split_assignment(text, "--grid")
+        _check_name(name, f"--grid {text}")
         grid[name] = [_field_value(name, v.strip()) for v in values.split(",") if v.strip()]
         random.pop(name, None)
     for text in args.random:
         name, spec = _split_assignment(text, "--random")
+        _check_name(name, f"--random {text}")
         random[name] = parse_distribution(name, spec)
         grid.pop(name, None)
     for name, values in grid.items():
@@ -167,5 +181,5 @@ def search_space(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any]]
     if size > MAX_TRIALS:
         shape = " × ".join([*(f"{len(v)} {name}" for name, v in grid.items()), f"{samples} samples"])
         raise SweepError(f"the sweep has {size:,} trials ({shape}); expected at most {MAX_TRIALS:,}")
-    fixed = {name: _field_value(name, v) for name, v in (data.get("fixed") or {}).items()}
+    fixed = {_check_name(str(name), f"--config {args.config}: fixed"): _field_value(name, v) for name, v in (data.get("fixed") or {}).items()}
     return SearchSpace(grid, random, samples, seed), fixed

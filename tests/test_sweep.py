@@ -240,7 +240,13 @@ def test_seeded_space_without_parameters_is_empty_grid() -> None:
 
 @pytest.mark.parametrize(("args", "expected"), [
     ([], "error: nothing to sweep: give --grid NAME=V1,V2"),
-    (["--grid", "no_such=1,2"], "error: 'no_such' is not a hyperparameter"),
+    (["--grid", "no_such=1,2"], "error: --grid no_such=1,2: expected the name of a hyperparameter ('no_such' is none) "
+                                "(see python -m experiments.breakout --help)"),
+    # A misspelt name gets the nearest, as a misspelt option does (issue 71).
+    (["--grid", "learnin_rate=1e-4,2e-4"], "error: --grid learnin_rate=1e-4,2e-4: expected the name of a hyperparameter "
+                                           "('learnin_rate' is none); did you mean learning_rate?"),
+    (["--random", "entropy_cof=uniform:0:0.1"], "error: --random entropy_cof=uniform:0:0.1: expected the name of a "
+                                                "hyperparameter ('entropy_cof' is none); did you mean entropy_coef?"),
     (["--grid", "epochs=2,x"], "error: epochs=x: expected an integer"),
     (["--grid", "learning_rate"], "error: --grid learning_rate: expected NAME=VALUE"),
     (["--grid", "epochs=2,100"], "error: --epochs 100: expected a value in [1, 32]"),
