@@ -52,8 +52,14 @@ def test_a_driver_without_the_clusters_token_or_with_another_is_refused_in_one_l
                     f"error: --ray-address {address}: expected the cluster's own token, but it refused the one in "
                     f"RAY_AUTH_TOKEN_PATH={other}: set RAY_AUTH_TOKEN_PATH to the cluster's token file (mode 0600)"),
     }
+    # F6 (issue 71): the right token with RAY_AUTH_MODE=disabled, which sends none, was said to be the wrong token.
+    cases["disabled"] = ({"RAY_AUTH_MODE": "disabled"},
+                         f"error: --ray-address {address}: expected RAY_AUTH_MODE=token or unset: RAY_AUTH_MODE=disabled sends "
+                         f"no token, not even the one in RAY_AUTH_TOKEN_PATH={local_cluster.exports['RAY_AUTH_TOKEN_PATH']}, "
+                         "and this cluster asks for its own")
     commands = {"none": ("experiments.breakout", "--backend", "ray"),  # each command refuses through the same check
-                "another": ("experiments.sweep", "--grid", "learning_rate=1e-4,2e-4")}
+                "another": ("experiments.sweep", "--grid", "learning_rate=1e-4,2e-4"),
+                "disabled": ("experiments.breakout", "--backend", "ray")}
     for name, (env, line) in cases.items():
         data = tmp_path / name
         result = run_driver(local_cluster, cli, *commands[name], "--ray-address", address, "--data-dir", str(data), *TINY, **env)

@@ -9,12 +9,17 @@ lost-head test; these check each port's part alone.
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from game.vector import ray_cluster
+from tests import forked_run
+from tests.conftest import REPO
 
 
 @pytest.fixture
@@ -49,3 +54,34 @@ def test_a_head_that_answers_on_both_ports_is_not_lost(listening: int, monkeypat
     monkeypatch.setattr(ray_cluster, "_head_raylet", [("127.0.0.1", listening)])
     assert ray_cluster.head_refuses(f"127.0.0.1:{listening}") is False
 
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "a folder", "a FIFO", "an empty default"])
+def test_a_token_file_that_is_not_one_is_refused_in_one_line_before_ray_reads_it(
+        cli, tmp_path: Path, kind: str, closed: int) -> None:
+    """F3 (issue 71): a token file missing, empty or a folder (or an empty ~/.ray/auth_token) ended a
+    joining driver with exit 1 and no line; a FIFO made it hang. Nothing needs to answer at the
+    address: the token is checked first."""
+    token, home = tmp_path / "token", tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    env = {"RAY_AUTH_TOKEN_PATH": str(token), "HOME": str(home)}
+    if kind == "empty":
+        token.write_text("")
+    elif kind == "a folder":
+        token.mkdir()
+    elif kind == "a FIFO":
+        os.mkfifo(token)
+    elif kind == "an empty default":
+        token = home / ".ray" / "auth_token"
+        token.write_text("\n")
+        env = {"HOME": str(home)}
+    environ = {k: v for k, v in cli.env().items() if not k.startswith("RAY_AUTH")} | env
+    result = forked_run.run([sys.executable, "-m", "experiments.breakout", "--backend", "ray", "--ray-address",
+                             f"127.0.0.1:{closed}", "--updates", "1", "--data-dir", str(tmp_path / "runs")],
+                            cwd=REPO, env=environ, text=True, timeout=120)
+    where = f"RAY_AUTH_TOKEN_PATH={token}" if "RAY_AUTH_TOKEN_PATH" in env else str(token)
+    why = {"missing": "No such file or directory", "empty": "it is empty", "a folder": "this is a folder, FIFO, device or socket",
+           "a FIFO": "this is a folder, FIFO, device or socket", "an empty default": "it is empty"}[kind]
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"error: {where}: expected the cluster's token file (a regular file holding the token, mode 0600); {why}\n"
+    assert not (tmp_path / "runs").exists()

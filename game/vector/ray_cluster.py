@@ -26,6 +26,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -66,6 +67,30 @@ def _token_source() -> str | None:
     return str(default) if default.exists() else None
 
 
+def token_refusal() -> str | None:
+    """What is wrong with the token this driver would send, before Ray reads it: a token file named
+    by RAY_AUTH_TOKEN_PATH (or the default ~/.ray/auth_token) that is missing, empty, or not a
+    regular file (a folder; a FIFO, which would hang Ray's read), as one refusal's message."""
+    named = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if os.environ.get("RAY_AUTH_TOKEN") or (not named and not os.path.lexists(Path.home() / ".ray" / "auth_token")):
+        return None
+    where = f"RAY_AUTH_TOKEN_PATH={named}" if named else str(Path.home() / ".ray" / "auth_token")
+    path = Path(named) if named else Path.home() / ".ray" / "auth_token"
+    expected = f"{where}: expected the cluster's token file (a regular file holding the token, mode 0600)"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens at once, and is refused below
+    except OSError as e:
+        return f"{expected}; {e.strerror or type(e).__name__}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"{expected}; this is a folder, FIFO, device or socket"
+        if not os.read(fd, 4096).strip():
+            return f"{expected}; it is empty"
+    finally:
+        os.close(fd)
+    return None
+
+
 def prepare_to_join(address: str) -> None:
     """The environment Ray reads at import (see the module's docstring). Before `import ray`."""
     target = _target(address)
@@ -95,6 +120,8 @@ def cluster_refusal(address: str, option: str = "--ray-address") -> str | None:
     target = _target(address)
     if target is None:
         return None
+    if (refusal := token_refusal()) is not None:
+        return refusal
     prepare_to_join(address)
     host, port = target
     try:
@@ -112,6 +139,9 @@ def cluster_refusal(address: str, option: str = "--ray-address") -> str | None:
         if (source := _token_source()) is None:
             return (f"{option} {address}: expected this driver to have the cluster's token: set RAY_AUTH_TOKEN_PATH "
                     "to the cluster's token file (mode 0600)")
+        if (mode := os.environ.get("RAY_AUTH_MODE")) != "token":  # Ray sends the token in token mode only
+            return (f"{option} {address}: expected RAY_AUTH_MODE=token or unset: RAY_AUTH_MODE={mode} sends no token, "
+                    f"not even the one in {source}, and this cluster asks for its own")
         return (f"{option} {address}: expected the cluster's own token, but it refused the one in {source}: "
                 "set RAY_AUTH_TOKEN_PATH to the cluster's token file (mode 0600)")
     return None
