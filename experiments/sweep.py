@@ -97,7 +97,10 @@ def connect(address: str | None, cpus_per_trial: float, env: dict[str, str] | No
             return True
         # The cluster's nodes need the same Python environment; this checkout's code travels with the
         # job (working_dir), so every trial runs the driver's version of it.
-        excludes = [".git", ".venv", "runs", "docs", "tests", "**/__pycache__", "*.egg-info"]
+        excludes = [".git", ".venv", "venv", "runs", "docs", "tests", "**/__pycache__", "*.egg-info"]
+        # Ray's own default list (the first four of ours) comes with a warning for each of them found
+        # in the folder, on the user's terminal; Ray's public switch turns its list off, ours stays.
+        os.environ.setdefault("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES", "")
         ray = join_ray_cluster(address, runtime_env={"working_dir": str(REPO), "excludes": excludes, "env_vars": shared}, **common)
         watch_head(address)  # a lost head: a Ctrl-C here, then one line of ours (the callers' KeyboardInterrupt)
         return any(n["Alive"] and n["Resources"].get("CPU", 0) >= cpus_per_trial for n in ray.nodes())

@@ -84,6 +84,21 @@ def test_a_sweeps_trials_spread_over_nodes_and_its_csv_names_each_trials_node(lo
     assert cli.leftovers() == []
 
 
+def test_a_population_no_node_can_take_is_refused_before_anything_is_written(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    """F8 (issue 71): members of more CPUs than any node has ended the driver with exit 1, after it
+    had made the population's folder and started its private dashboard."""
+    cli = Cli()
+    data = tmp_path / "runs"
+    result = run_driver(local_cluster, cli, "experiments.pbt", "--ray-address", local_cluster.address, "--population", "2",
+                        "--interval", "1", "--n-workers", "1", "--cpus-per-member", "64", "--data-dir", str(data),
+                        "--dashboard", "http://127.0.0.1:9", *TINY)  # never reached: the refusal comes first
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr[-3000:]
+    assert result.stderr == (f"error: --cpus-per-member 64: expected at most the CPUs of one node of the cluster at "
+                             f"{local_cluster.address}\n")
+    assert not data.exists()  # no population folder, no dashboard's store
+    assert cli.leftovers() == []
+
+
 def test_a_populations_members_spread_over_nodes_and_its_lineage_names_them(local_cluster: LocalCluster, tmp_path: Path) -> None:
     """2 members of 1 CPU on nodes of 1 CPU each: 2 nodes; the exploit's row names the member's and the donor's."""
     cli = Cli()

@@ -3,8 +3,10 @@
 Every training option (`python -m experiments.breakout --help`) is shared by the members; member i
 trains with seed --seed + i. The last line printed on stdout is the path of the population's
 lineage.csv; everything else goes to stderr. Exit codes: 0 every member reached its last update;
-1 a member failed and could not be replaced, or the Ray cluster could not be joined; 2 a member's
-node cannot see --data-dir (docs/ray.md; the others stopped at a checkpoint); 130 stopped
+1 a member failed and could not be replaced, or the Ray cluster could not be joined; 2 bad input,
+refused before anything is written (a cluster none of whose nodes has --cpus-per-member CPUs
+included), or a member's node cannot see --data-dir (docs/ray.md; the others stopped at a
+checkpoint); 130 stopped
 by Ctrl-C/SIGTERM (every member with a checkpoint: `--resume FOLDER` goes on).
 """
 
@@ -227,7 +229,29 @@ def run_members_to(population: Population, target: int, address: str | None) -> 
     return failures
 
 
+def _join(population: Population, address: str | None, mark: DataDirMark) -> bool:
+    """ray.init (`connect`): whether a member fits on some node; RuntimeError where Ray refuses."""
+    try:
+        return connect(address, population.cpus_per_member, mark.env)
+    except ConnectionError as e:  # no cluster there, or one that refuses this driver (its auth token)
+        raise RuntimeError(f"--ray-address {address}: could not join a Ray cluster there "
+                           f"({str(e).strip().splitlines()[0]}); no member ran") from None
+
+
 def _run(population: Population, address: str | None) -> int:
+    mark = DataDirMark(population.fixed["data_dir"])
+    # A cluster is joined before anything is written: one with no node that can take a member is
+    # refused with nothing made (no folder, no dashboard), as a bad option is.
+    try:
+        if address is not None and not _join(population, address, mark):
+            stop_ray()
+            say(error_line(f"--cpus-per-member {population.cpus_per_member:g}: expected at most the CPUs of one node of "
+                           f"the cluster at {address}"))
+            return 2
+    except KeyboardInterrupt:
+        stop_ray()
+        say("pbt stopped while joining the cluster: nothing was started or written")
+        return 130
     folder = population.path
     folder.mkdir(parents=True, exist_ok=True)
     lineage = folder / "lineage.csv"
@@ -246,15 +270,9 @@ def _run(population: Population, address: str | None) -> int:
         say_comparison(population)
         if address is None:
             logging.getLogger(RAY_TOKEN_LOGGER).addFilter(_not_private_token_notice)
-        mark = DataDirMark(population.fixed["data_dir"])
         try:
-            try:
-                fits = connect(address, population.cpus_per_member, mark.env)
-            except ConnectionError as e:  # no cluster there, or one that refuses this driver (its auth token)
-                raise RuntimeError(f"--ray-address {address}: could not join a Ray cluster there "
-                                   f"({str(e).strip().splitlines()[0]}); no member ran") from None
-            if not fits:
-                raise RuntimeError(f"no node of the cluster at {address} has {population.cpus_per_member:g} CPUs for a member")
+            if address is None:
+                _join(population, address, mark)  # a private Ray, sized for a member
             mark.write()  # before any member is submitted; removed at the end
             failures: dict[int, str | None] = {}
             while population.generation < len(targets):
