@@ -13,7 +13,6 @@ by Ctrl-C/SIGTERM (every member with a checkpoint: `--resume FOLDER` goes on).
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
@@ -188,17 +187,6 @@ def queue_on_dashboard(population: Population, member: int, changes: dict[str, A
     return True
 
 
-# Ray's notice, as it starts an instance of its own, that it turned token authentication on there
-# (and how to turn it off): nothing to act on for the private instance a population starts, which
-# only this command's processes join and which ends with it. A cluster's notices are left alone.
-RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
-RAY_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
-
-
-def _not_private_token_notice(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith(RAY_TOKEN_NOTICE)
-
-
 def tweak_hint(population: Population) -> str:
     """How a person tweaks a member by hand: the command, with the dashboard the members report to."""
     dashboard = strip_userinfo(population.fixed["dashboard"].split("/api/")[0])
@@ -268,8 +256,6 @@ def _run(population: Population, address: str | None) -> int:
             + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members))
             + f"\n  {tweak_hint(population)}")
         say_comparison(population)
-        if address is None:
-            logging.getLogger(RAY_TOKEN_LOGGER).addFilter(_not_private_token_notice)
         try:
             if address is None:
                 _join(population, address, mark)  # a private Ray, sized for a member

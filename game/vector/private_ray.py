@@ -34,6 +34,7 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import ipaddress
+import logging
 import os
 import re
 import secrets
@@ -112,6 +113,18 @@ def ray_connected() -> bool:
     return ray is not None and ray.is_initialized()
 
 
+# Ray's notice, as it starts an instance of its own, that it turned token authentication on there
+# and how to turn it off (RAY_AUTH_MODE=disabled, the opposite of docs/ray.md): nothing to act on
+# for a private instance, which only this command's processes join and which ends with it. A
+# cluster's notices are left alone.
+RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+RAY_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+def _not_private_token_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(RAY_TOKEN_NOTICE)
+
+
 def start_private_ray(num_cpus: int, **options: Any) -> Any:
     """A new Ray on this machine for this user alone (see the module's docstring), with `num_cpus`
     logical CPUs; `options` go to `ray.init`. Returns the `ray` module. `stop_ray` stops it."""
@@ -126,6 +139,7 @@ def start_private_ray(num_cpus: int, **options: Any) -> Any:
         raise RuntimeError(f"Ray would listen on {address}: it was imported before {LOCAL_ONLY_VARIABLE}=0 was set, "
                            "so no private Ray was started")
     folder = _private_folder()
+    logging.getLogger(RAY_TOKEN_LOGGER).addFilter(_not_private_token_notice)  # added once however often called
     _private["replaced"] = {name: os.environ.pop(name, None) for name in _REPLACED}
     try:
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(folder / "auth_token")  # Ray's processes inherit it
