@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from experiments.pbt import main
+from tests import forked_run
 from tests.conftest import REPO, Cli
 from tests.pbt_support import run_dir_of
 
@@ -282,3 +284,38 @@ def test_the_private_dashboards_log_never_follows_a_link(tmp_path: Path) -> None
         assert dashboard.url.startswith("http://127.0.0.1:")
     assert victim.read_text() == SECRET
     assert not (data / "dashboard.log").is_symlink() and "Dashboard running at" in (data / "dashboard.log").read_text()
+
+
+# The population's process as far as its private dashboard: started, its pid and address said, then held.
+STARTS_A_DASHBOARD = """
+import os, sys, time
+from pathlib import Path
+from experiments.pbt.population import PrivateDashboard
+with PrivateDashboard(Path(sys.argv[1]), Path(sys.argv[2])) as dashboard:
+    print(dashboard.process.pid, dashboard.url, flush=True)
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.slow
+def test_a_populations_dashboard_ends_when_its_process_is_killed_and_a_resume_can_start_one_again(tmp_path: Path) -> None:
+    """F2 (issue 71): after `kill -9` of pbt its private dashboard went on serving, and `pbt --resume`
+    was then refused ("already used by another dashboard (pid N)")."""
+    import psutil
+
+    from experiments.pbt.population import PrivateDashboard
+
+    data = tmp_path / "pbt" / "dashboard"
+    driver = forked_run.popen([sys.executable, "-c", STARTS_A_DASHBOARD, str(data), str(tmp_path)], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        pid, _ = driver.stdout.readline().split()
+        dashboard = psutil.Process(int(pid))
+        driver.kill()  # SIGKILL: nothing of the driver's own runs
+        driver.wait()
+        dashboard.wait(timeout=60)  # ended by the kernel's parent-death signal, not left serving
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    with PrivateDashboard(data, tmp_path) as again:  # what the resume starts, on the same data folder
+        assert again.url.startswith("http://127.0.0.1:") and again.process is not None and again.process.pid != int(pid)

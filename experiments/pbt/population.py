@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -96,10 +97,31 @@ def run_segment(population: Population, target: int, queue: Callable[[int, dict[
     return failures
 
 
+def _ends_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the child sent SIGTERM when this process dies, however it dies (a
+    SIGKILL included): Linux's parent-death signal. The C function is looked up here, in the parent,
+    so the child between fork and exec only calls it; a parent already gone by then ends the child.
+    None where there is no prctl (not Linux): the child outlives a killed parent there."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent, set_parent_death_signal = os.getpid(), 1  # PR_SET_PDEATHSIG
+
+    def preexec() -> None:
+        prctl(set_parent_death_signal, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+    return preexec
+
+
 class PrivateDashboard:
     """`python -m experiments.dashboard` on a free local port with its data in the population's
     folder, in a session of its own (a Ctrl-C to the population must not stop the channel the
-    members checkpoint through); stopped with SIGTERM when the population ends."""
+    members checkpoint through); stopped with SIGTERM when the population ends, and by the kernel
+    when the population's process dies without ending it (`kill -9`), so that `pbt --resume` finds
+    its data folder free."""
 
     def __init__(self, data: Path, runs_dir: Path) -> None:
         self.data, self.runs_dir = data, runs_dir
@@ -128,7 +150,8 @@ class PrivateDashboard:
             try:
                 self.process = subprocess.Popen([sys.executable, "-m", "experiments.dashboard", "--port", str(port),
                                                  "--data", str(self.data), "--runs-dir", str(self.runs_dir)],
-                                                cwd=REPO, stdout=fd, stderr=subprocess.STDOUT, start_new_session=True)
+                                                cwd=REPO, stdout=fd, stderr=subprocess.STDOUT, start_new_session=True,
+                                                preexec_fn=_ends_with_parent())
                 while self.process.poll() is None and b"Dashboard running at" not in os.pread(fd, 1 << 16, 0):
                     time.sleep(0.05)
                 said = os.pread(fd, 1 << 16, max(0, os.fstat(fd).st_size - (1 << 16))).decode(errors="replace").strip().splitlines()
