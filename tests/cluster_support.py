@@ -127,6 +127,24 @@ def wait_dead(pid: int, timeout_s: float = 120) -> bool:
     return True
 
 
+def wait_reaped(pid: int, timeout_s: float = 120) -> bool:
+    """Whether `pid` is gone from the process table (reaped by its parent: not even a zombie)."""
+    import psutil
+
+    def zombie() -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + timeout_s
+    while zombie():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def environ_of(pid: int) -> dict[str, str]:
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests import process_table
-from tests.cluster_support import TINY, LocalCluster, environ_of, run_driver, run_population, wait_dead
+from tests.cluster_support import TINY, LocalCluster, environ_of, run_driver, run_population, wait_dead, wait_reaped
 from tests.conftest import MARK, Cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
@@ -133,6 +133,7 @@ def test_a_runs_actors_spread_over_nodes_and_one_lost_with_its_node_is_replaced_
     victim = next(n for n in local_cluster.nodes() if n["name"] != "head" and n["node_id"] in used)
     os.kill(victim["raylet_pid"], signal.SIGKILL)
     assert wait_dead(victim["process_pid"])  # its node's supervisor ends with what was left of the node
+    assert wait_reaped(victim["process_pid"])  # and the tool reaps it at once, not at its own end (issue 71)
     orphans = [pid for pid in process_table.marked(MARK, local_cluster.marker)
                if environ_of(pid).get("RAY_RAYLET_PID") == str(victim["raylet_pid"])]
     assert orphans == []  # no worker of the lost node lives on
@@ -192,3 +193,41 @@ def test_node_crossing_measures_actors_spread_over_nodes_on_one_node_and_pipes_i
         assert all(layout[key] > 0 for key in ("env_sps", "step_us", "roundtrip_us", "roundtrip_all_us")), layout
         assert len(layout["worker_pids"]) == 2 and all(wait_dead(pid) for pid in layout["worker_pids"])
     assert cli.leftovers() == []
+
+
+def test_the_folder_a_killed_tool_left_is_removed_by_the_next_start(tmp_path: Path) -> None:
+    """F5 (issue 71): a tools/local_cluster.py killed with SIGKILL left its ray-cluster-* folder (the
+    token and Ray's logs), and nothing ever removed it. Its nodes end with it (a parent-death
+    signal); the next start removes the folder, as a private Ray's start removes ray-private-* ones."""
+    import subprocess
+    import sys
+
+    from tests.cluster_support import TOOL
+    from tests.conftest import REPO, wait_until_no_processes
+
+    def start(marker: str) -> tuple[subprocess.Popen[str], Path]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {MARK: marker, "PYTHONPATH": str(REPO)}
+        tool = subprocess.Popen([sys.executable, str(TOOL), "--nodes", "1", "--cpus-per-node", "1"], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=(tmp_path / f"{marker}.stderr").open("w"), text=True)
+        exports: dict[str, str] = {}
+        while "LOCAL_CLUSTER_NODES" not in exports:  # the tool prints its lines once its node is up
+            line = tool.stdout.readline()
+            assert line, f"the cluster did not start (exit {tool.wait()})"
+            name, _, value = line.strip().partition("=")
+            exports[name] = value
+        return tool, Path(exports["RAY_AUTH_TOKEN_PATH"]).parent
+
+    first_marker, second_marker = Cli().marker, Cli().marker
+    killed, left = start(first_marker)
+    killed.kill()
+    killed.wait()
+    assert wait_until_no_processes(first_marker) == []  # its node went with it
+    assert left.is_dir()  # what the issue found: nothing removed it
+    second, folder = start(second_marker)
+    try:
+        assert folder != left and not left.exists()  # the next start removed it
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.communicate(timeout=180)
+    assert second.returncode == 0 and not folder.exists()
+    assert wait_until_no_processes(second_marker) == []

@@ -49,6 +49,7 @@ LOOPBACK = "127.0.0.1"
 LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _CLONE_NEWNS, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x20000, 2, 4, 1 << 14, 1 << 18
+FOLDER_PREFIX = "ray-cluster-"
 OBJECT_STORE_BYTES = 96 * 1024 * 1024  # per node: the actors' replies are small, and nodes share one machine's memory
 
 
@@ -170,7 +171,12 @@ def private_folder() -> tuple[Path, Path]:
     a link) before any node reads it."""
     import secrets
 
-    folder = Path(tempfile.mkdtemp(prefix="ray-cluster-"))  # mode 0700
+    from game.vector.stale_ray_folders import remove_stale_folders, write_owner
+
+    # The folders of tools killed by SIGKILL, whose nodes have ended with them (parent-death signal).
+    remove_stale_folders(Path(tempfile.gettempdir()), FOLDER_PREFIX)
+    folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))  # mode 0700
+    write_owner(folder)  # so that the next start removes it if this tool cannot (a SIGKILL)
     token = folder / "auth_token"
     fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -235,6 +241,14 @@ class Cluster:
             self.write_nodes()
             print(f"local_cluster: {info['name']} is back as node {new['node_id']}", file=sys.stderr, flush=True)
 
+    def reap(self) -> None:
+        """Each node process that has ended, reaped at once (not left a zombie until the tool stops)
+        and named on stderr."""
+        for process, info in self.nodes:
+            if process.returncode is None and process.poll() is not None:
+                print(f"local_cluster: {info.get('name', 'a starting node')} (pid {process.pid}) ended "
+                      f"(exit {process.returncode})", file=sys.stderr, flush=True)
+
     def stop(self) -> None:
         """Worker nodes first (their raylets report to the head), then the head; each by its pid."""
         for process, _ in reversed(self.nodes):
@@ -259,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(signum, on_signal)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: wake.set())  # a node ended: reaped at once below
     folder, token = private_folder()
     cluster = Cluster(folder, token)
     try:
@@ -275,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.is_set():
             wake.wait()
             wake.clear()
+            cluster.reap()
             if back.is_set() and not stop.is_set():
                 back.clear()
                 cluster.bring_back(args.cpus_per_node)

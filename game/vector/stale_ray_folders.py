@@ -1,5 +1,5 @@
-"""The private Ray folders (`ray-private-*`, see private_ray.py) of processes that died without
-removing theirs.
+"""The private Ray folders (`ray-private-*`, see private_ray.py; and `ray-cluster-*`, the folders of
+tools/local_cluster.py) of processes that died without removing theirs.
 
 A process removes its folder as it exits; one killed with SIGKILL cannot, and its folder (the
 token, Ray's logs and sockets, spilled objects) stays in the temporary folder. Each folder holds
@@ -36,10 +36,11 @@ def write_owner(folder: Path) -> None:
         f.write(f"{os.getpid()} {started!r}\n")
 
 
-def remove_stale_folders(root: Path) -> list[Path]:
+def remove_stale_folders(root: Path, prefix: str = PREFIX) -> list[Path]:
     """Remove the private Ray folders under `root` (the temporary folder) that this account's dead
-    processes left; returns those removed."""
-    stale = [folder for folder in sorted(root.glob(PREFIX + "*")) if _owner_gone(folder)]
+    processes left; returns those removed. `prefix`: whose folders (tools/local_cluster.py's
+    `ray-cluster-*` ones are removed the same way)."""
+    stale = [folder for folder in sorted(root.glob(prefix + "*")) if _owner_gone(folder)]
     if not stale:
         return []
     in_use = _named_by_processes(stale)
