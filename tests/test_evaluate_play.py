@@ -104,6 +104,22 @@ def test_recorder_rounds_odd_sizes_to_even_and_keeps_an_exact_frame_rate(tmp_pat
         assert sum(1 for _ in container.decode(stream)) == 7
 
 
+def test_the_caption_is_above_the_screen_where_a_players_controls_do_not_cover_it(tmp_path: Path) -> None:
+    """A browser draws its controls over the bottom of the picture; the caption sat there (issue 71).
+    A red 160×210 screen at scale 1 with a caption: its 30-row strip on top holds the white text, the
+    screen starts under it, and the bottom rows are the screen's, red."""
+    recorder = VideoRecorder(tmp_path / "caption.mp4", 15.0, scale=1)
+    for _ in range(3):
+        recorder.write(np.full((210, 160, 3), (200, 0, 0), np.uint8), "score 12  lives 3  step 40")
+    recorder.close()
+    with av.open(str(tmp_path / "caption.mp4")) as container:
+        frame = next(container.decode(video=0)).to_ndarray(format="rgb24").astype(int)
+    assert frame.shape == (240, 160, 3)  # 210 + 30
+    strip, screen = frame[:30], frame[30:]
+    assert (strip.min(axis=2) > 150).sum() > 100  # white text in the strip (about 300 pixels, blurred by H.264)
+    assert (screen[:, :, 0] > 150).mean() > 0.95 and (screen[:, :, 1] < 60).mean() > 0.95  # red to the last row
+
+
 def test_recorder_refuses_an_unwritable_place_at_once(tmp_path: Path) -> None:
     with pytest.raises(OSError, match=r"cannot write an H\.264 video at .*missing"):
         VideoRecorder(tmp_path / "missing" / "x.mp4", 15.0)

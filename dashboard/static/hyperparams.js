@@ -108,7 +108,9 @@ document.getElementById('form').addEventListener('submit', async (event) => {
         return;
     }
     for (const input of tbody.querySelectorAll('input')) input.value = '';
-    show(`Queued ${JSON.stringify(data.pending)}; the run picks it up with its next update.`, 'ok');
+    // In words, not JSON: "Queued learning_rate = 0.005, entropy_coef = 0.02; …".
+    const queued = Object.entries(data.pending).map(([name, value]) => `${name} = ${value}`).join(', ');
+    show(`Queued ${queued}; the run picks it up with its next update.`, 'ok');
     await load();
 });
 

@@ -1,7 +1,7 @@
 """Film a game: the emulator's RGB screen, as `Game.on_frame` reports it, into an H.264 MP4.
 
 The screen (native 160×210) is scaled ×3 with nearest-neighbour, one frame per action repeat at
-60/frame_skip fps (real time), with a strip below showing score, lives and step. The agent sees
+60/frame_skip fps (real time), with a strip above showing score, lives and step. The agent sees
 grayscale 84×84 only; the colour screen is read just while a film is attached. The file is
 H.264 (yuv420p, index first) so that browsers play it: the dashboard shows a run's latest video.
 """
@@ -33,7 +33,9 @@ CONTAINER_OPTIONS = {"movflags": "+faststart"}
 # competing with training for the CPU (a game of a few thousand frames encodes in seconds).
 ENCODER_OPTIONS = {"preset": "veryfast", "crf": "23"}
 EMULATOR_HZ = 60
-_STRIP_HEIGHT = 30  # pixels of text strip under the scaled screen
+# Pixels of text strip above the scaled screen: a browser's player draws its controls over the
+# bottom of the picture, where a strip under the screen would be hidden while they show.
+_STRIP_HEIGHT = 30
 
 
 def _even(n: int) -> int:
@@ -82,8 +84,8 @@ class VideoRecorder:
         self.path = Path(path)
         self.scale = scale
         height, width = screen
-        # (width, height), rounded up to even sizes for 4:2:0: an extra row joins the text strip,
-        # an extra column stays black.
+        # (width, height), rounded up to even sizes for 4:2:0: an extra row under the screen and an
+        # extra column beside it stay black.
         self.size = (_even(width * scale), _even(height * scale + _STRIP_HEIGHT))
         self._screen_size = (width * scale, height * scale)
         self._temp = self.path.with_name(f".{self.path.stem}.partial{self.path.suffix or '.mp4'}")
@@ -104,10 +106,10 @@ class VideoRecorder:
     def write(self, rgb: np.ndarray, text: str = "") -> None:
         canvas = self._canvas
         width, screen_h = self._screen_size
-        canvas[:screen_h, :width] = cv2.resize(rgb, (width, screen_h), interpolation=cv2.INTER_NEAREST)
-        canvas[screen_h:] = 0
+        canvas[:_STRIP_HEIGHT] = 0
+        canvas[_STRIP_HEIGHT:_STRIP_HEIGHT + screen_h, :width] = cv2.resize(rgb, (width, screen_h), interpolation=cv2.INTER_NEAREST)
         if text:
-            cv2.putText(canvas, text, (8, canvas.shape[0] - 10), cv2.FONT_HERSHEY_SIMPLEX, 0.55,
+            cv2.putText(canvas, text, (8, _STRIP_HEIGHT - 10), cv2.FONT_HERSHEY_SIMPLEX, 0.55,
                         (255, 255, 255), 1, cv2.LINE_AA)
         frame = av.VideoFrame.from_ndarray(canvas, format="rgb24")
         frame.pts = self.frames

@@ -128,6 +128,8 @@ def test_after_apply_the_input_shows_the_new_value_while_it_is_pending(
                 "'#params input[name=learning_rate]').closest('tr').cells].slice(4, 6).some(c => c.textContent === '0.005')",
                 PAGE_LIMIT_S)
             shown = browser.evaluate("(i => [i.value, i.placeholder])(document.querySelector('#params input[name=learning_rate]'))")
+            # The confirmation in words, not the JSON it was sent as (issue 71).
+            message = browser.evaluate("document.getElementById('message').textContent")
             row = browser.evaluate("[...document.querySelector('#params input[name=learning_rate]').closest('tr').cells]"
                                    ".map(c => c.textContent)")
         os.kill(run.proc.pid, signal.SIGCONT)
@@ -136,4 +138,5 @@ def test_after_apply_the_input_shows_the_new_value_while_it_is_pending(
     finally:
         run.kill()
     assert shown == ["", "0.005"]  # the new value, not the run's 0.00025
+    assert message == "Queued learning_rate = 0.005; the run picks it up with its next update.", message
     assert row[3] == "0.00025" and "0.005" in row[4:6]  # applied: the old one; sent or pending: the new one
