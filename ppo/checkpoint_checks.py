@@ -87,10 +87,13 @@ def check_fits(checkpoint: Mapping[str, Any], n_actions: int, frame_stack: int, 
         if name in expected and torch.is_tensor(value) and not (value.is_floating_point() and value.shape == expected[name].shape):
             raise CheckpointError(f"the checkpoint's model does not fit this config: {name} is a {value.dtype} tensor of shape "
                                   f"{tuple(value.shape)}, expected a floating-point one of shape {tuple(expected[name].shape)}")
+    if scratch:  # nothing to load into: the names alone are left to check, as load_state_dict would
+        missing, unexpected = sorted(set(expected) - set(checkpoint["model"])), sorted(set(checkpoint["model"]) - set(expected))
+        if missing or unexpected:
+            raise CheckpointError(f"the checkpoint's model does not fit this config: missing {missing}, unexpected {unexpected}")
+        return
     try:
-        # A scratch model takes the checkpoint's tensors themselves (a copy into meta ones would be
-        # none): the same check of names, nothing copied.
-        into.load_state_dict(checkpoint["model"], assign=scratch)
+        into.load_state_dict(checkpoint["model"])
     except RuntimeError as e:
         raise CheckpointError(f"the checkpoint's model does not fit this config: {str(e).splitlines()[0]}") from None
 
