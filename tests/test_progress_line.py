@@ -102,3 +102,21 @@ def test_a_terminal_of_0_columns_gets_the_whole_line() -> None:
         shown = screen.read(4096) or b""
         line.close()
     assert shown.decode().split("\r")[-1] == "update 1/3 · score 1.5"
+
+
+@pytest.mark.parametrize(("options", "games"), [
+    ({"backend": "ray", "ray_address": "127.0.0.1:6379", "n_workers": 2, "envs_per_worker": 4},
+     "8 games in 2 Ray actors of 4 (the Ray cluster at 127.0.0.1:6379)"),
+    ({"backend": "ray", "n_workers": 2, "envs_per_worker": 1}, "2 games in 2 Ray actors (a private Ray on this machine)"),
+    ({"backend": "serial", "n_workers": 1, "envs_per_worker": 2}, "2 games in the trainer's own process"),
+])
+def test_the_start_line_says_what_the_workers_are(options: dict, games: str) -> None:
+    """Ray actors run on a cluster's nodes: this machine's usable cores said nothing of them (issue 71)."""
+    from pathlib import Path
+
+    from configs.ppo import PPOConfig
+    from experiments.run.report import start_lines
+
+    config = PPOConfig(**options, worker_steps=8, updates=3)
+    line = start_lines(config, "0" * 32, Path("runs/breakout/" + "0" * 32), "fp32").splitlines()[1]
+    assert line == f"{games} · 3 updates of {config.batch_size:,} agent steps · network in fp32"

@@ -84,10 +84,17 @@ def start_lines(config: PPOConfig, run_uuid: str, run_dir: Path, precision: str)
     """`breakout run 6f1c… in runs/breakout/6f1c…`, how the games are grouped into processes, and
     the network's arithmetic (`precision`: `ppo.devices.precision_label`)."""
     cores = usable_cores()
-    processes = f"{config.n_workers} worker process{'es' if config.n_workers > 1 else ''}"
+    plural = "s" if config.n_workers > 1 else ""
     per_worker = f" of {config.envs_per_worker}" if config.envs_per_worker > 1 else ""
+    if config.backend == "ray":  # actors on a cluster's nodes (or a private Ray's one): this machine's cores say nothing
+        where = f"the Ray cluster at {config.ray_address}" if config.ray_address else "a private Ray on this machine"
+        workers = f"{config.n_workers} Ray actor{plural}{per_worker} ({where})"
+    elif config.backend == "serial":
+        workers = "the trainer's own process"
+    else:
+        workers = f"{config.n_workers} worker process{'es' if plural else ''}{per_worker} ({cores} usable core{'s' if cores > 1 else ''})"
     return (f"{config.name} run {run_uuid} in {shown(run_dir)}\n"
-            f"{config.n_envs} games in {processes}{per_worker} ({cores} usable core{'s' if cores > 1 else ''}) · "
+            f"{config.n_envs} games in {workers} · "
             f"{config.last_update:,} update{'s' if config.last_update > 1 else ''} of {config.batch_size:,} agent steps · "
             f"network in {precision}")
 
