@@ -6,7 +6,9 @@
 A learning curve takes hours and its seed spread hides a small bias; one update takes seconds and
 can be repeated. From each checkpoint (a point of a real run) the script samples one rollout with
 the checkpoint's policy (the run's own games, continued exactly) and a second one whose frames are
-held out, then makes the same update many times, each from the checkpoint's parameters and Adam state:
+held out, then makes the same update many times, each from the checkpoint's parameters and Adam
+state, and each with the rollout's log π_old and V_old as a run in that arithmetic would have
+stored them while sampling (the same frames and actions):
 
   - in fp32 with the run's own minibatch order (the reference) and with `--orders` other orders;
   - in each `--precisions` arithmetic with each of those orders.
@@ -80,7 +82,8 @@ def parse_checkpoint(text: str) -> Path:
 def distances(torch: Any, theta: Any, reference: Any, start: Any, logits: Any, reference_logits: Any) -> dict[str, float]:
     """`rel` and `kl` (the module's docstring) of parameters `theta` (flat) from `reference`."""
     rel = float((theta - reference).norm() / (reference - start).norm())
-    log_p, log_q = torch.log_softmax(reference_logits, -1), torch.log_softmax(logits, -1)
+    # In float64: the KL of two policies this close is ~1e-6, and fp32's rounding can make it negative.
+    log_p, log_q = torch.log_softmax(reference_logits.double(), -1), torch.log_softmax(logits.double(), -1)
     kl = float((log_p.exp() * (log_p - log_q)).sum(-1).mean())
     return {"rel": rel, "kl": kl}
 
@@ -101,6 +104,7 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
 
     from game.atari import is_known_game
     from game.vector import game_specs, make_pool
+    from ppo.losses import log_probs_of
     from ppo.seeding import derive_seeds
     from ppo.trainer import Trainer
 
@@ -118,22 +122,43 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
         trainer.load_state_dict(point.checkpoint)
         settings = trainer.schedule()  # the next update's, as the run would use them
         at_update, at_steps = trainer.update, trainer.env_steps
+        if settings.learning_rate <= 0:  # nothing moves: no distance can be measured against the update's size
+            bad_value("--checkpoints", str(path), f"a checkpoint whose next update learns (this one's has a learning rate "
+                                                  f"of 0: update {at_update:,} of {config.n_updates:,}, its schedule's end)")
         trainer.collect()  # held out: frames the update never trains on, from the same policy
         held_out = torch.from_numpy(trainer.rollout.observations.reshape(-1, *trainer.rollout.observations.shape[2:]).copy())
         trainer.collect()  # the update's own rollout
         before = trainer.snapshot()
+        rollout = trainer.rollout
 
         def flat() -> Any:
             return torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
 
+        def sampled_as_in(precision: str) -> tuple[Any, Any]:
+            """The rollout's log π_old and V_old as a run in `precision` stores them while it samples:
+            the same frames and actions, the policy computed in that arithmetic. A bf16 run's ratio
+            starts at exactly 1 (its sampling and its minibatches compute the same bits); fp32's stored
+            log-probabilities would make bf16's ratio start off by its rounding (~3e-3, above a late
+            schedule's clip range)."""
+            frames = torch.from_numpy(rollout.observations.reshape(-1, *rollout.observations.shape[2:]))
+            actions = torch.from_numpy(rollout.actions.reshape(-1)).long()
+            trainer.model.precision = precision
+            with torch.inference_mode():
+                outputs = [trainer.model(chunk) for chunk in frames.split(256)]
+            trainer.model.precision = "fp32"
+            logits, values = torch.cat([o[0] for o in outputs]), torch.cat([o[1] for o in outputs])
+            shape = rollout.log_probs.shape
+            return log_probs_of(logits, actions).numpy().reshape(shape), values.numpy().reshape(shape)
+
         def set_layout(channels_last: bool) -> None:  # the parameters keep their identity (Adam's keys)
             trainer.model.channels_last = channels_last
-            trainer.model.to(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+            trainer.model.to(memory_format=torch.channels_last if channels_last else torch.contiguous_format)  # type: ignore[call-overload]  # torch's stubs omit it
 
         def update(precision: str, order: int) -> tuple[Any, Any]:
             trainer.restore(before)
             if order:
                 trainer.shuffle_rng.bit_generator.state = np.random.default_rng((ORDER_SEED, order)).bit_generator.state
+            rollout.log_probs[:], rollout.values[:] = sampled[precision.removesuffix(OTHER_LAYOUT)]
             layout = trainer.model.channels_last
             if precision.endswith(OTHER_LAYOUT):  # the same arithmetic, other kernels: other summation orders
                 set_layout(not layout)
@@ -145,10 +170,19 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
                 logits = torch.cat([trainer.model(chunk)[0] for chunk in held_out.split(256)])
             return flat(), logits
 
+        sampled = {p: sampled_as_in(p) for p in ("fp32", *precisions)}
         trainer.restore(before)
         start = flat()
         floor = [f"{p}{OTHER_LAYOUT}" for p in ("fp32", "bf16")] if {"bf16", "bf16-emulated"} <= set(precisions) else []
         results = {p: [update(p, k) for k in range(orders + 1)] for p in ["fp32", *precisions, *floor]}
+    meta = {"checkpoint": str(path), "update": at_update, "env_steps": at_steps, "held_out_frames": len(held_out),
+            "layout": "channels_last" if config.channels_last else "contiguous"}
+    return summarize(torch, meta, results, start, precisions, orders, floor)
+
+
+def summarize(torch: Any, meta: dict[str, Any], results: dict[str, list[tuple[Any, Any]]], start: Any, precisions: list[str],
+              orders: int, floor: list[str]) -> dict[str, Any]:
+    """The screen's numbers (the module's docstring) from each update's (parameters, held-out logits)."""
     fp32 = results["fp32"]
 
     def from_fp32(theta_logits: tuple[Any, Any], k: int) -> dict[str, float]:
@@ -156,9 +190,7 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
 
     noise = [from_fp32(fp32[k], 0) for k in range(1, orders + 1)]
     row: dict[str, Any] = {
-        "checkpoint": str(path), "update": at_update, "env_steps": at_steps, "held_out_frames": len(held_out),
-        "update_rel_size": float((fp32[0][0] - start).norm() / start.norm()),
-        "layout": "channels_last" if config.channels_last else "contiguous",
+        **meta, "update_rel_size": float((fp32[0][0] - start).norm() / start.norm()),
         "noise": {m: {"min": min(n[m] for n in noise), "median": statistics.median(n[m] for n in noise),
                       "max": max(n[m] for n in noise)} for m in ("rel", "kl")},
         "precisions": {}}
