@@ -16,11 +16,8 @@ import pytest
 import torch
 
 from tests.conftest import REPO, Cli
+from tests.run_safety_support import PER_UPDATE, first_leg
 from tools.precision_screen import bias, distances
-
-# 2 games × 32 steps = 64 agent steps an update; stopped after update 2 of 4.
-TINY_RUN = ["--n-workers", "1", "--envs-per-worker", "2", "--worker-steps", "32", "--minibatches", "2", "--epochs", "2",
-            "--total-env-steps", "256", "--stop-after-env-steps", "128", "--seed", "5"]
 
 
 def tool(cli: Cli, name: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -54,15 +51,13 @@ def digests(folder: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_the_screen_measures_each_arithmetic_against_the_order_noise_and_leaves_the_run_alone(cli, tmp_path: Path) -> None:
-    trained = cli.run("experiments.breakout", *TINY_RUN, "--data-dir", str(tmp_path))
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    checkpoint = json.loads(Path(trained.stdout.strip().splitlines()[-1]).read_text())["checkpoint"]
+    checkpoint = first_leg(cli, tmp_path)["checkpoint"]  # a real run after 1 of 3 updates, made once a session
     before = digests(tmp_path)
     result = tool(cli, "precision_screen", "--checkpoints", checkpoint, "--precisions", "bf16", "bf16-emulated", "--orders", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     (row,) = report["rows"]
-    assert (row["update"], row["env_steps"], row["held_out_frames"]) == (2, 128, 64)
+    assert (row["update"], row["env_steps"], row["held_out_frames"]) == (1, PER_UPDATE, PER_UPDATE)
     for measure in ("rel", "kl"):
         noise = row["noise"][measure]
         assert 0 < noise["min"] <= noise["median"] <= noise["max"]  # another order really changes the update
