@@ -101,7 +101,7 @@ def folder_path(v: object) -> str | None:
     return None
 
 
-PRECISIONS = ("auto", "fp32", "bf16", "bf16-emulated")
+PRECISIONS = ("auto", "fp32", "bf16", "bf16-emulated", "bf16-then-fp32")
 # game.vector.BACKENDS, spelled here too: configs imports nothing of ours (tests/test_architecture.py keeps them equal)
 BACKENDS = ("local", "ray", "serial")
 # game.atari.RELAUNCHES, spelled here too: configs imports nothing of ours (tests/test_architecture.py keeps them equal)
@@ -110,7 +110,7 @@ RELAUNCHES = ("fire", "noop-fire-right")
 
 def precision_name(v: object) -> str | None:
     """How `--precision` is spelled; whether this machine has bf16 is torch's to say (`ppo.devices`)."""
-    return None if v in PRECISIONS else "auto, fp32, bf16 or bf16-emulated"
+    return None if v in PRECISIONS else "auto, fp32, bf16, bf16-emulated or bf16-then-fp32"
 
 
 def folder_name(v: object) -> str | None:

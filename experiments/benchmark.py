@@ -102,6 +102,7 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
 
     from experiments.benchmark_measures import measure_ale_vector, measure_network, measure_pool_and_trainer, status_kb
     from ppo.devices import machine_fingerprint, precision_label, resolve_compute
+    from ppo.precision import arithmetic_at
 
     device, precision = resolve_compute(config.device, config.precision)
     started = time.perf_counter()
@@ -112,7 +113,8 @@ def run_benchmark(config: PPOConfig, duration: float, warmup_updates: int,
     log(f"[2/3] {_pool_name(config)} ({config.n_workers} workers × {config.envs_per_worker} envs) and the trainer on {device} …")
     result.update(measure_pool_and_trainer(config, device, duration, warmup_updates))
     log("[3/3] network alone in a fresh process (pool closed)" + (", eager then torch.compile" if compiled else "") + " …")
-    network = in_fresh_process(measure_network, config, result["n_actions"], device, duration, precision, compiled)
+    network = in_fresh_process(measure_network, config, result["n_actions"], device, duration,
+                               arithmetic_at(precision, 0, config.n_updates), compiled)
     result.update(network, network_pid=network.pop("pid"), benchmark_pid=os.getpid())
 
     result["precision"] = precision

@@ -41,7 +41,8 @@ def has_fast_bf16(device: torch.device) -> bool:
 
 
 def resolve_precision(name: str, device: torch.device) -> str:
-    """What `--precision name` computes in on `device`: fp32, bf16 or bf16-emulated (ppo/precision.py);
+    """What `--precision name` computes in on `device`: fp32, bf16, bf16-emulated or bf16-then-fp32
+    (ppo/precision.py);
     `ConfigError` naming `--precision` when bf16 is asked of a device without it, or the emulation
     of a GPU (whose fp32 convolutions may run in TF32, not fp32) — before anything starts.
 
@@ -54,7 +55,7 @@ def resolve_precision(name: str, device: torch.device) -> str:
     if name == "bf16-emulated" and device.type != "cpu":
         raise ConfigError("precision", name, f"auto, fp32{', bf16' if has_fast_bf16(device) else ''} on a GPU "
                                              "(the emulation rounds on fp32 CPU kernels)")
-    if name == "bf16" and not has_fast_bf16(device):
+    if name in ("bf16", "bf16-then-fp32") and not has_fast_bf16(device):
         where = "this GPU" if device.type == "cuda" else "this CPU (no AVX512-BF16, no AMX)"
         raise ConfigError("precision", name, f"fp32, auto or bf16-emulated on {where}" if device.type == "cpu"
                           else f"fp32 or auto on {where}")

@@ -26,9 +26,23 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-# The names `--precision` resolves to (`ppo.devices.resolve_precision`); configs.fields.PRECISIONS
-# adds `auto`, which is one of these once the device is known.
+# What the network computes in, one update at a time.
 ARITHMETICS = ("fp32", "bf16", "bf16-emulated")
+# A run's precision that changes along the schedule: bf16, then fp32 for its last tenth of updates,
+# where the learning rate has annealed under a tenth of its start and the screen found bf16's update
+# off fp32's (docs/precision.md). `--precision` resolves to one of ARITHMETICS or this
+# (`ppo.devices.resolve_precision`); configs.fields.PRECISIONS adds `auto`.
+BF16_THEN_FP32 = "bf16-then-fp32"
+FP32_TAIL = 0.1  # the share of the schedule's updates computed in fp32 at its end
+
+
+def arithmetic_at(precision: str, update: int, n_updates: int) -> str:
+    """What a run in `precision` computes update `update` in (0-based: the update about to run, its
+    sampling and its optimisation alike) of a schedule of `n_updates`."""
+    if precision == BF16_THEN_FP32:
+        return "bf16" if update < (1 - FP32_TAIL) * n_updates else "fp32"
+    assert precision in ARITHMETICS, precision
+    return precision
 
 
 class _RoundToBF16(torch.autograd.Function):

@@ -25,6 +25,7 @@ from ppo.devices import resolve_precision
 from ppo.losses import explained_variance, log_probs_of
 from ppo.memory import keep_freed_memory
 from ppo.model import ActorCritic, sample_actions
+from ppo.precision import arithmetic_at
 from ppo.records import GameRecord, GameRecords
 from ppo.rollout import Batch, Rollout, acting_groups
 from ppo.schedule import IterationSettings, annealed, check_settings
@@ -72,10 +73,12 @@ class Trainer:
         self.train_threads = config.torch_threads or os.cpu_count() or 1
         # A batch of n_envs observations is too small to split over threads (see ppo/threads.py).
         self.sample_threads = config.sample_threads if device.type == "cpu" else self.train_threads
+        # The run's precision; what the network computes each update in follows from it (`arithmetic_at`).
+        self.precision = resolve_precision(config.precision, device)
         with torch_threads(self.train_threads):
             torch.manual_seed(seeds.torch_seed)
             self.model = ActorCritic(pool.n_actions, config.frame_stack, config.channels_last,
-                                     resolve_precision(config.precision, device)).to(device)
+                                     arithmetic_at(self.precision, 0, config.n_updates)).to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
         self.torch_seed = seeds.torch_seed
         self.sample_generator = torch.Generator(device=device)
@@ -100,6 +103,8 @@ class Trainer:
         settings = self.schedule() if settings is None else settings
         check_settings(settings)  # whoever made them, settings outside the live ranges never reach the model
         config, rollout = self.config, self.rollout
+        # One arithmetic for the whole update, sampling included: a policy ratio starts at exactly 1.
+        self.model.precision = arithmetic_at(self.precision, self.update, config.n_updates)
         started = time.perf_counter()
         if sample:  # worker_steps × n_envs transitions; a failed worker is replaced and the rollout starts over
             self.collect()

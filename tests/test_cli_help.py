@@ -161,7 +161,7 @@ def test_training_help_shows_each_option_once_with_a_typed_placeholder(cli, monk
         assert f"--{name}" not in result.stdout
     assert "VALUE" not in "".join(entries.values())
     for option, placeholder in [("--seed", "INT"), ("--learning-rate", "FLOAT"), ("--clip-rewards", "{true,false}"),
-                                ("--precision", "{auto,fp32,bf16,bf16-emulated}"), ("--backend", "{local,ray,serial}"),
+                                ("--precision", "{auto,fp32,bf16,bf16-emulated,bf16-then-fp32}"), ("--backend", "{local,ray,serial}"),
                                 ("--game", "GAME"), ("--data-dir", "DIR"), ("--dashboard", "URL")]:
         assert entries[option].startswith(f"{option} {placeholder} "), entries[option]
 

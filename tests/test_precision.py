@@ -127,7 +127,7 @@ def test_precision_names_and_where_bf16_is_refused() -> None:
     # auto is fp32 everywhere: bf16 learned less per step over 3 seeds here (docs/precision.md)
     assert resolve_precision("auto", CPU) == "fp32" and resolve_precision("auto", torch.device("cuda")) == "fp32"
     assert (precision_label("auto", CPU), precision_label("fp32", CPU)) == ("fp32 (auto)", "fp32")
-    with pytest.raises(ConfigError, match=r"precision.*auto, fp32, bf16 or bf16-emulated"):
+    with pytest.raises(ConfigError, match=r"precision.*auto, fp32, bf16, bf16-emulated or bf16-then-fp32"):
         resolve_precision("fp16", CPU)
     if has_fast_bf16(CPU):
         assert resolve_precision("bf16", CPU) == "bf16" and precision_label("bf16", CPU) == "bf16"
@@ -139,16 +139,19 @@ def test_precision_names_and_where_bf16_is_refused() -> None:
 def test_a_bad_precision_is_one_line_before_anything_starts(cli, tmp_path: Path) -> None:
     result = cli.run("experiments.breakout", "--precision", "fp16", *TINY, "--data-dir", str(tmp_path))
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.strip().splitlines() == ["error: --precision fp16: expected auto, fp32, bf16 or bf16-emulated"]
+    assert result.stderr.strip().splitlines() == ["error: --precision fp16: expected auto, fp32, bf16, bf16-emulated or bf16-then-fp32"]
     assert not any(tmp_path.iterdir())
 
 
 @needs_bf16
-def test_a_bf16_run_trains_and_saves_fp32_weights(cli, tmp_path: Path) -> None:
-    result = cli.run("experiments.breakout", "--precision", "bf16", "--updates", "2", *TINY, "--data-dir", str(tmp_path))
+@pytest.mark.parametrize("precision", ["bf16", "bf16-then-fp32"])
+def test_a_bf16_run_trains_and_saves_fp32_weights(cli, tmp_path: Path, precision: str) -> None:
+    result = cli.run("experiments.breakout", "--precision", precision, "--updates", "2", *TINY, "--data-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
-    checkpoint = load_checkpoint(Path(summary_of(result.stdout)["checkpoint"]))
-    assert checkpoint["config"]["precision"] == "bf16" and checkpoint["update"] == 2
+    summary = summary_of(result.stdout)
+    assert summary["precision"] == precision and f"network in {precision}" in result.stderr
+    checkpoint = load_checkpoint(Path(summary["checkpoint"]))
+    assert checkpoint["config"]["precision"] == precision and checkpoint["update"] == 2
     assert all(t.dtype == torch.float32 for t in checkpoint["model"].values())
     assert cli.leftovers() == []
 
@@ -201,3 +204,35 @@ def test_the_emulation_refuses_an_operation_it_does_not_round() -> None:
     with BF16Rounding():  # bf16's step at 1 is 2⁻⁷: 1 + 2⁻⁹ rounds down to 1, 1 + 3·2⁻⁹ up to 1 + 2⁻⁷
         assert torch.nn.functional.linear(torch.tensor([[1 + 2 ** -9]]), torch.ones(1, 1)).item() == 1.0
         assert torch.nn.functional.linear(torch.tensor([[1 + 3 * 2 ** -9]]), torch.ones(1, 1)).item() == 1 + 2 ** -7
+
+
+# ---- bf16-then-fp32: bf16, then fp32 for the schedule's last tenth (the screen's candidate) ----------
+
+def test_bf16_then_fp32_computes_the_last_tenth_of_the_updates_in_fp32() -> None:
+    from ppo.precision import arithmetic_at
+
+    # 10 updates: 0 … 8 under 9 (= 0.9 × 10) in bf16, update 9 in fp32. The 1M schedule's 976: the
+    # switch at 0.9 × 976 = 878.4, so update 878 is bf16's last and 879 (agent step 900,096) fp32's first.
+    assert [arithmetic_at("bf16-then-fp32", u, 10) for u in range(10)] == ["bf16"] * 9 + ["fp32"]
+    assert (arithmetic_at("bf16-then-fp32", 878, 976), arithmetic_at("bf16-then-fp32", 879, 976)) == ("bf16", "fp32")
+    assert arithmetic_at("bf16", 975, 976) == "bf16" and arithmetic_at("fp32", 0, 976) == "fp32"
+
+
+@needs_bf16
+def test_a_bf16_then_fp32_trainer_samples_and_learns_each_update_in_its_arithmetic() -> None:
+    from configs.ppo import PPOConfig
+    from game.vector import SerialPool, game_specs
+    from ppo.seeding import derive_seeds
+    from ppo.trainer import Trainer
+
+    config = PPOConfig(n_workers=1, envs_per_worker=1, worker_steps=8, minibatches=1, epochs=1, updates=10,
+                       precision="bf16-then-fp32")
+    seeds = derive_seeds(config.seed, config.n_envs)
+    with SerialPool(game_specs(config, seeds.env_seeds), config.envs_per_worker) as pool:
+        trainer = Trainer(config, pool, seeds, CPU)
+        trainer.reset_envs()
+        seen = []
+        for _ in range(10):
+            trainer.iteration()
+            seen.append(trainer.model.precision)  # what that whole update, sampling included, computed in
+    assert trainer.precision == "bf16-then-fp32" and seen == ["bf16"] * 9 + ["fp32"]

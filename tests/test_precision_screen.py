@@ -76,8 +76,8 @@ def test_the_screen_measures_each_arithmetic_against_the_order_noise_and_leaves_
 
 @pytest.mark.parametrize(("args", "expected"), [
     (["--orders", "1"], "error: --orders 1: expected a whole number of other minibatch orders, 2 to 256\n"),
-    (["--precisions", "fp32"], "error: --precisions fp32: expected bf16 or bf16-emulated (each is compared with fp32)\n"),
-    (["--precisions", "fp16"], "error: --precisions fp16: expected bf16 or bf16-emulated (each is compared with fp32)\n"),
+    (["--precisions", "fp32"], "error: --precisions fp32: expected bf16, bf16-emulated or bf16-then-fp32 (each is compared with fp32)\n"),
+    (["--precisions", "fp16"], "error: --precisions fp16: expected bf16, bf16-emulated or bf16-then-fp32 (each is compared with fp32)\n"),
 ])
 def test_a_bad_screen_option_is_one_line_and_exit_2(cli, args: list[str], expected: str, tmp_path: Path) -> None:
     result = tool(cli, "precision_screen", "--checkpoints", str(tmp_path / "none.pt"), *args)

@@ -64,7 +64,7 @@ def parse_orders(text: str) -> int:
 
 def parse_precision(text: str) -> str:
     if text not in PRECISIONS or text in ("auto", "fp32"):
-        bad_value("--precisions", text, "bf16 or bf16-emulated (each is compared with fp32)")
+        bad_value("--precisions", text, "bf16, bf16-emulated or bf16-then-fp32 (each is compared with fp32)")
     return text
 
 
@@ -94,7 +94,8 @@ def bias(steps: list[Any], reference_steps: list[Any]) -> dict[str, float]:
     direction = mean_step / mean_step.norm()
     projected = [float((a - b) @ direction) for a, b in zip(steps, reference_steps, strict=True)]
     mean, spread = statistics.fmean(projected), statistics.stdev(projected)
-    return {"t": mean / (spread / math.sqrt(len(projected))) if spread > 0 else math.inf,
+    t = mean / (spread / math.sqrt(len(projected))) if spread > 0 else math.copysign(math.inf, mean) if mean else 0.0
+    return {"t": t,
             "shrink": mean / float(mean_step.norm()), "orders": len(projected)}
 
 
@@ -105,6 +106,7 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
     from game.atari import is_known_game
     from game.vector import game_specs, make_pool
     from ppo.losses import log_probs_of
+    from ppo.precision import arithmetic_at
     from ppo.seeding import derive_seeds
     from ppo.trainer import Trainer
 
@@ -142,7 +144,7 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
             schedule's clip range)."""
             frames = torch.from_numpy(rollout.observations.reshape(-1, *rollout.observations.shape[2:]))
             actions = torch.from_numpy(rollout.actions.reshape(-1)).long()
-            trainer.model.precision = precision
+            trainer.model.precision = arithmetic_at(precision, at_update, config.n_updates)
             with torch.inference_mode():
                 outputs = [trainer.model(chunk) for chunk in frames.split(256)]
             trainer.model.precision = "fp32"
@@ -162,7 +164,8 @@ def screen_checkpoint(path: Path, precisions: list[str], orders: int, device_nam
             layout = trainer.model.channels_last
             if precision.endswith(OTHER_LAYOUT):  # the same arithmetic, other kernels: other summation orders
                 set_layout(not layout)
-            trainer.model.precision = precision.removesuffix(OTHER_LAYOUT)
+            # A precision that changes along the schedule computes this update as the run would.
+            trainer.model.precision = arithmetic_at(precision.removesuffix(OTHER_LAYOUT), at_update, config.n_updates)
             trainer.optimize(settings)
             trainer.model.precision = "fp32"  # the policy read in fp32: the parameters alone
             set_layout(layout)
@@ -244,7 +247,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parser.add_argument("--checkpoints", metavar="PATH", nargs="+", required=True,
                         help="checkpoint files along a run (each is screened on its own)")
     parser.add_argument("--precisions", metavar="P", nargs="+", default=["bf16"],
-                        help="arithmetics compared with fp32: bf16, bf16-emulated (default: bf16)")
+                        help="arithmetics compared with fp32: bf16, bf16-emulated, bf16-then-fp32 (default: bf16)")
     parser.add_argument("--orders", metavar="K", default="8", help="other minibatch orders, 2 to 256 (default: 8)")
     parser.add_argument("--device", metavar="DEVICE", default="cpu", help="cpu (the default), auto, cuda or cuda:N")
     args = parser.parse_args(argv)

@@ -274,7 +274,7 @@ class TrainingRun:
             "score_mean_100": trainer.records.score_mean(),
             "games": trainer.records.games,
             "worker_restarts": trainer.worker_restarts,
-            "precision": trainer.model.precision,  # what `auto` became here
+            "precision": trainer.precision,  # what `auto` became here
             "machines": leg.machines,
             "node_id": ray_node_id(),  # the Ray node the trainer ran on (a sweep trial's, a member's), if any
             "ray_nodes": getattr(trainer.pool, "nodes_used", lambda: None)(),  # Ray's node ids, for --backend ray
