@@ -150,6 +150,14 @@ class Located(NamedTuple):
         return self.run_dir.name if self.run_dir is not None else None
 
 
+def is_a_file(path: Path) -> bool:
+    """Whether `path` names a file (False for a name too long for the filesystem, not an OSError)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) -> Located:
     """The checkpoint named by --run (a run's uuid or its first 8 or more digits) and/or
     --checkpoint, and its run's folder; exits on bad input, before torch is loaded."""
@@ -170,11 +178,7 @@ def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) ->
         path = Path(checkpoint)
         if folder is not None and not path.resolve().is_relative_to(folder.path.resolve()):
             bad_value("--checkpoint", checkpoint, f"a checkpoint of run {run}, i.e. a file under {folder.path}/ (or drop --run)")
-        try:
-            found = path.is_file()
-        except OSError:  # a name too long for the filesystem
-            found = False
-        if not found:
+        if not is_a_file(path):
             bad_value("--checkpoint", checkpoint, f"a readable checkpoint written by python -m experiments.breakout (no checkpoint at {path})")
         return Located(path, "--checkpoint", checkpoint, folder.path if folder is not None else run_folder_of(path))
     assert folder is not None and run is not None

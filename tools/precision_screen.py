@@ -48,7 +48,7 @@ from configs.cli import OneLineParser, docstring_help
 from configs.fields import PRECISIONS
 from configs.ppo import ConfigError, validate
 from configs.refusals import bad_value
-from experiments.evaluate import check_device_name, parse_device, read_checked
+from experiments.evaluate import check_device_name, is_a_file, parse_device, read_checked
 from experiments.run.console import say
 
 PROG = "python tools/precision_screen.py"
@@ -70,11 +70,7 @@ def parse_precision(text: str) -> str:
 
 def parse_checkpoint(text: str) -> Path:
     path = Path(text)
-    try:
-        found = path.is_file()
-    except OSError:  # a name too long for the filesystem
-        found = False
-    if not found:
+    if not is_a_file(path):
         bad_value("--checkpoints", text, f"a checkpoint file written by python -m experiments.breakout (no file at {path})")
     return path
 
