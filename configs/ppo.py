@@ -23,7 +23,6 @@ from configs.fields import (
     MAX_THREADS,
     MAX_UPDATES,
     MAX_WORKERS,
-    PRECISIONS,
     RELAUNCHES,
     ConfigError,
     Within,
@@ -110,11 +109,11 @@ class PPOConfig:
     torch_threads: int = hp(0, "trainer's torch threads for optimisation; 0 = one per core", Within(0, MAX_THREADS), run_option=True)
     sample_threads: int = hp(1, "torch threads for inference while sampling (a batch of n_envs is too small to split)", Within(1, MAX_THREADS), run_option=True)
     overlap_sampling: bool = hp(True, "step half the workers while the network acts for the other half (needs ≥ 2 workers)", run_option=True)
-    precision: str = hp("auto", "the network's arithmetic: auto = fp32; bf16 autocast (weights, Adam in fp32; AVX512-BF16/AMX "
-                                "CPUs, CUDA), faster, not shown to learn as much per step (docs/precision.md); bf16-then-fp32: "
-                                "the last tenth of updates in fp32; bf16-emulated: bf16's numbers on fp32 CPU kernels, for studies",
-                        precision_name, run_option=True,
-                        metavar=braced(PRECISIONS))
+    # ARITHMETIC, not the braced list: five names in braces are wider than a phone's screen (docs/reference).
+    precision: str = hp("auto", "the network's arithmetic: auto (= fp32), fp32; bf16 autocast (weights, Adam in fp32; "
+                                "AVX512-BF16/AMX CPUs, CUDA), faster, not shown to learn as much per step (docs/precision.md); "
+                                "bf16-then-fp32: the last tenth of updates in fp32; bf16-emulated: bf16's numbers on fp32 CPU "
+                                "kernels, for studies", precision_name, run_option=True, metavar="ARITHMETIC")
     channels_last: bool = hp(True, "NHWC convolutions: same results, faster on CPU (oneDNN) and on tensor cores", run_option=True)
     name: str = hp("breakout", "labml experiment name (a folder under data_dir)", folder_name, metavar="NAME")
     data_dir: str = hp("runs", "folder that holds runs: data_dir/name/run_uuid/", folder_path, run_option=True, metavar="DIR")
