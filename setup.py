@@ -13,7 +13,7 @@ setup(
     description="PPO that learns Atari Breakout from pixels, run and watched as a labml experiment",
     python_requires=">=3.10",
     packages=find_packages(include=["ppo", "ppo.*", "game", "game.*", "configs", "configs.*",
-                                    "experiments", "experiments.*", "dashboard", "dashboard.*"]),
+                                    "experiments", "experiments.*", "dashboard", "dashboard.*", "ray_setup"]),
     package_data={"dashboard": ["static/*"]},
     # One console command beside `python -m experiments.<module>`: `breakout-ppo train|evaluate|…`.
     entry_points={"console_scripts": ["breakout-ppo = experiments.commands:main"]},

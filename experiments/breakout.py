@@ -31,10 +31,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         plan = plan_launch(overrides, resume=args.resume)
     except (ConfigError, LaunchRefused) as e:
         fail(str(e))
-    if plan.config.backend == "ray" and plan.config.ray_address is not None:
-        from game.vector.private_ray import cluster_refusal  # imports Ray: only for a run that joins a cluster
+    if plan.config.backend == "ray":
+        from ray_setup.connection import connection_refusal  # imports Ray: only for a run on Ray
 
-        if (refusal := cluster_refusal(plan.config.ray_address)) is not None:
+        if (refusal := connection_refusal(plan.config.ray_address)) is not None:
             fail(refusal)
     from experiments.run.lifecycle import TrainingRun  # the learner: torch and labml
 

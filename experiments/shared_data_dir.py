@@ -81,7 +81,7 @@ def check_data_dir_seen(data_dir: str) -> None:
 def _this_node() -> str:
     """`<ip>/<node id prefix>` of the Ray node this task runs on (nodes of one machine share an ip)."""
     # Never imported here: a Ray worker has it already, and an import before a private Ray's start
-    # would make that Ray listen beyond loopback (game/vector/private_ray.py refuses to start then).
+    # would make that Ray listen beyond loopback (ray_setup/private.py refuses to start then).
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:12]}"

@@ -23,16 +23,9 @@ stderr, the other trials stopped at a checkpoint, the CSV written with what fini
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import logging
 import math
-import os
-import signal
 import sys
 import time
-import typing
-import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -40,194 +33,46 @@ from typing import Any
 
 from configs.cli import OneLineParser, build_parser, float_in, int_in, overrides_from_args, spell_game
 from configs.fields import MAX_SEED, MAX_WORKERS
-from configs.files import atomic_write
 from configs.launch import config_from_overrides
-from configs.machine import shared_cores_environment
 from configs.ppo import ConfigError, PPOConfig
 from configs.refusals import error_line, fail
 from configs.terminal import escaped
-from experiments.ray_tasks import run_task, stop_gently
+from experiments.ray_tasks import Ending, TaskEnd, connection_for, remote_task, run_tasks, run_trial
 from experiments.run.stopping import signals_stop_as_ctrl_c
-from experiments.shared_data_dir import DataDirMark, DataDirNotShared, check_data_dir_seen, refusal_in
+from experiments.shared_data_dir import DataDirMark
 from experiments.sweep_resume import argv_of, go_on_command, lost_line, resumed_rows
+from experiments.sweep_rows import TrialRow, params_text, planned_rows, print_comparison, sorted_rows, table, write_csv
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
 from game.atari import canonical_game, is_known_game
-from game.vector.private_ray import cluster_refusal, join_ray_cluster, ray_refusal, start_private_ray, stop_ray
-from game.vector.ray_cluster import head_lost, lost_now, watch_head
+from ray_setup.connection import RayConnection, connection_refusal
+from ray_setup.installed import ray_refusal
 
 PROG = "python -m experiments.sweep"
-REPO = Path(__file__).resolve().parents[1]
-SCORE = "score_mean_100"
+def run_sweep(connection: RayConnection, rows: list[TrialRow], fixed: dict[str, Any], cpus_per_trial: float,
+              max_retries: int, max_concurrent: int | None, name: str, kept: frozenset[int] = frozenset()) -> Ending:
+    """Every trial but those in `kept` (completed in a resumed sweep) as a Ray task; each row filled
+    as its trial ends, and a line said. The dashboard lists each run as `name` and its trial number."""
+    task = remote_task(connection.ray, run_trial, cpus_per_trial, max_retries)
+    calls = [(i, ({**fixed, **row.params}, row.run_uuid, f"{name} trial {row.trial}"))
+             for i, row in enumerate(rows) if i not in kept]
+    started, finished = time.perf_counter(), len(kept)
 
+    def ended(end: TaskEnd) -> None:
+        nonlocal finished
+        finished += 1
+        rows[end.key].ended(end.summary, end.error)
+        print(escaped(f"[{finished}/{len(rows)} after {time.perf_counter() - started:.0f} s] {rows[end.key].result_line()}"),
+              flush=True)  # a trial's status and error come from its run
 
-# ---- one trial (runs in a Ray worker process) ---------------------------------------------------
-
-def run_trial(overrides: dict[str, Any], run_uuid: str, label: str | None = None) -> dict[str, Any]:
-    """A full labml run with `overrides`, as the `uuid` run, named on the dashboard by `label`
-    (its sweep and trial, or its population and member); resumes it if a checkpoint exists (Ray
-    re-ran this trial after its node or process was lost), and starts it afresh in its own folder
-    otherwise (experiments/run/plan.py). Returns the run's summary."""
-    check_data_dir_seen(overrides["data_dir"])  # before anything is written: a node that cannot see it refuses
-    from experiments.run.lifecycle import TrainingRun
-    from experiments.run.plan import plan_launch
-
-    plan = plan_launch(overrides, run_uuid=run_uuid, label=label)
-    result = TrainingRun(plan).run()
-    return {**result.summary, "exit_code": result.exit_code, "host": os.uname().nodename, "resumed": plan.resume is not None}
-
-
-# ---- the driver -----------------------------------------------------------------------------------
-
-def connect(address: str | None, cpus_per_trial: float, env: dict[str, str] | None = None) -> bool:
-    """ray.init: a cluster at `address`, or a private local instance (loopback only, a token of its
-    own: game/vector/private_ray.py) with room for ≥ 1 trial, every task with `env` in its
-    environment. Returns whether a trial fits on some node (False: no node has cpus_per_trial CPUs).
-
-    ray.init puts its own SIGTERM handler in the driver, one that aborts it (exit -6): the work
-    would not be stopped nor a private Ray shut down. The driver's own handler is put back."""
-    own_sigterm = signal.getsignal(signal.SIGTERM)
-    common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
-    # Trials (or members) share a node's cores: their idle torch threads sleep rather than spin
-    # (configs/machine.py). A private Ray's workers inherit this process's environment.
-    shared = {**shared_cores_environment(), **(env or {})}
-    try:
-        if address is None:
-            os.environ.update(shared)
-            start_private_ray(max(os.cpu_count() or 1, math.ceil(cpus_per_trial)), **common)
-            return True
-        # The cluster's nodes need the same Python environment; this checkout's code travels with the
-        # job (working_dir), so every trial runs the driver's version of it.
-        excludes = [".git", ".venv", "venv", "runs", "docs", "tests", "**/__pycache__", "*.egg-info"]
-        # Ray's own default list (the first four of ours) comes with a warning for each of them found
-        # in the folder, on the user's terminal; Ray's public switch turns its list off, ours stays.
-        os.environ.setdefault("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES", "")
-        ray = join_ray_cluster(address, runtime_env={"working_dir": str(REPO), "excludes": excludes, "env_vars": shared}, **common)
-        watch_head(address)  # a lost head: a Ctrl-C here, then one line of ours (the callers' KeyboardInterrupt)
-        return any(n["Alive"] and n["Resources"].get("CPU", 0) >= cpus_per_trial for n in ray.nodes())
-    finally:
-        if own_sigterm is not None:  # None: a handler not set from Python, nothing to put back
-            signal.signal(signal.SIGTERM, own_sigterm)
-
-
-def run_sweep(trials: list[dict[str, Any]], fixed: dict[str, Any], cpus_per_trial: float, max_retries: int,
-              max_concurrent: int | None, log: typing.Callable[[str], None], name: str,
-              rows: list[dict[str, Any]] | None = None, kept: typing.AbstractSet[int] = frozenset()) -> list[dict[str, Any]]:
-    """Run every trial as a Ray task, but those in `kept` (completed in a resumed sweep); returns one
-    row per trial (its parameters and summary), filled in `rows` when given. The dashboard lists
-    each run as `name` (the results table's) and its trial number."""
-    import ray
-
-    task = run_task(ray, run_trial, cpus_per_trial, max_retries)
-    rows = planned_rows(trials) if rows is None else rows
-    queue = [i for i in range(len(trials)) if i not in kept]
-    running: dict[Any, int] = {}
-    limit = max_concurrent or len(trials)
-    started = time.perf_counter()
-    try:
-        while queue or running:
-            while queue and len(running) < limit:
-                i = queue.pop(0)
-                running[task.remote({**fixed, **trials[i]}, rows[i]["run_uuid"], f"{name} trial {i + 1}")] = i
-            done, _ = ray.wait(list(running), num_returns=1)
-            i = running.pop(done[0])
-            if (refusal := _record(ray, rows[i], done[0])) is not None:  # its node cannot see --data-dir: nor will others
-                stop_gently(ray, list(running))
-                for ref, j in running.items():  # one stopped before its run began reports whatever Ray says: named here
-                    if _record(ray, rows[j], ref) is None and rows[j]["status"] == "failed":
-                        rows[j].update(status="stopped", error=f"stopped: trial {i + 1}'s node cannot see --data-dir")
-                running.clear()
-                raise DataDirNotShared(refusal)
-            finished = len(trials) - len(queue) - len(running)  # those kept from a resumed sweep included
-            score = rows[i]["score"]
-            log(f"[{finished}/{len(trials)} after {time.perf_counter() - started:.0f} s] trial {i + 1} {rows[i]['status']}: "
-                f"{SCORE} {'-' if score is None else f'{score:.1f}'}  {_params(trials[i])}  run {rows[i]['run_uuid']}"
-                + (f"  ({rows[i]['error']})" if rows[i].get("error") else ""))
-    finally:
-        # Ctrl-C or an error here: stop what still runs (checkpoints stay). Not once the head is
-        # lost: its trials went with it, and a cancel may wait on the dead GCS until Ray's client
-        # ends this process a minute later, before the line of ours that says how to go on.
-        for ref in running if not head_lost() else ():
-            ray.cancel(ref, force=True)
-    return rows
-
-
-def stop_if_lost_with_the_head(rows: list[dict[str, Any]], address: str | None) -> None:
-    """The sweep ended as a lost head ends it (KeyboardInterrupt, `head_lost()` true) when its failed
-    trials' workers went with the head and Ray said so before the head's watcher looked: those
-    trials were lost, not failed, and go on with --resume like the others."""
-    if any(r.get("status") == "failed" for r in rows) and lost_now(address):
-        for row in rows:
-            if row.get("status") == "failed":
-                row["status"] = "lost"
-        raise KeyboardInterrupt
-
-
-def _record(ray: Any, row: dict[str, Any], ref: Any) -> str | None:
-    """The trial's summary in its row; returns the refusal of a node that cannot see --data-dir."""
-    try:
-        summary = ray.get(ref)
-        row.update(status=summary["status"], error=summary.get("error"), score=summary.get(SCORE), games=summary.get("games"),
-                   updates=summary.get("updates"), env_steps=summary.get("env_steps"), sps=summary.get("sps"),
-                   host=summary.get("host"), node_id=summary.get("node_id"), run_dir=summary.get("run_dir"))
-    except ray.exceptions.RayError as e:  # the trial raised, or its process/node was lost for good
-        refusal = refusal_in(e)
-        row.update(status="failed" if refusal is None else "refused", error=refusal or _first_line(e), score=None)
-        return refusal
-    return None
-
-
-def planned_rows(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"trial": i + 1, "run_uuid": uuid.uuid4().hex, **params} for i, params in enumerate(trials)]
-
-
-def _first_line(e: BaseException) -> str:
-    import re
-
-    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(e)).splitlines() if line.strip()]
-    return lines[-1] if lines else type(e).__name__  # Ray puts the cause's own message last
-
-
-def _params(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={_fmt(v)}" for k, v in params.items())
-
-
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
-def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Best final score first; trials without a score (no game finished, failed) last."""
-    return sorted(rows, key=lambda r: (r.get("score") is None, -(r.get("score") or 0.0), r["trial"]))
-
-
-def table(rows: list[dict[str, Any]], names: list[str]) -> str:
-    header = ["rank", "trial", SCORE, "games", "status", *names, "run_uuid"]
-    body = [[str(rank), str(r["trial"]), "-" if r.get("score") is None else f"{r['score']:.2f}",
-             str(r.get("games", "-")), r.get("status", "-"), *(_fmt(r[n]) for n in names), r["run_uuid"]]
-            for rank, r in enumerate(rows, 1)]
-    widths = [max(len(h), *(len(line[i]) for line in body)) for i, h in enumerate(header)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-                     for line in [header, *body])
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]], names: list[str]) -> None:
-    columns = ["rank", "trial", SCORE, "games", "updates", "env_steps", "sps", "status", *names, "run_uuid", "host",
-               "node_id", "run_dir", "error"]  # node_id: Ray's, as nodes of one machine share its host name
-    text = io.StringIO()
-    writer = csv.DictWriter(text, columns, extrasaction="ignore")
-    writer.writeheader()
-    for rank, r in enumerate(rows, 1):
-        writer.writerow({**r, "rank": rank, SCORE: r.get("score")})
-    atomic_write(path, text.getvalue().encode())  # whole or not at all; private (0600) like the lineage and summaries
-
-
-def print_comparison(dashboard: str | None, rows: list[dict[str, Any]]) -> None:
-    """The dashboard's comparison page of the trials that trained (best first), when they reported to one."""
-    trained = [r["run_uuid"] for r in rows if r.get("updates") is not None]  # a trial Ray lost never reached it
-    if dashboard and trained:
-        from dashboard.client import compare_line
-
-        print(compare_line(dashboard, trained, "trials"), flush=True)
+    scheduled = run_tasks(connection, task, calls, max_concurrent or len(rows), ended)
+    if scheduled.ending is Ending.DATA_DIR_REFUSED:  # the refused trial, and those stopped because of it
+        refused = next(end.key for end in scheduled.ends if end.error == scheduled.refusal and not end.stopped)
+        rows[refused].ended(None, scheduled.refusal, status="refused")
+        for end in scheduled.ends:
+            if end.stopped:  # one stopped before its run began reports whatever Ray says: named here
+                why = f"stopped: trial {rows[refused].trial}'s node cannot see --data-dir"
+                rows[end.key].ended(end.summary, why if end.summary is None else None, status="stopped")
+    return scheduled.ending
 
 
 def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], PPOConfig, list[dict[str, Any]], float, str | None]:
@@ -291,58 +136,54 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except (ConfigError, SweepError) as e:
         fail(str(e))
     space, fixed, base, trials, cpus, address = plan
-    if address is not None and (refusal := cluster_refusal(address)) is not None:
-        fail(refusal)  # a cluster this driver cannot join, said before anything starts
+    if (refusal := connection_refusal(address)) is not None:
+        fail(refusal)  # a cluster this driver cannot join, or a Ray it cannot use, said before anything starts
     names = [*space.grid, *space.random]
     rows, done = planned_rows(trials), set()
     if args.resume is not None:
         try:
-            done = resumed_rows(Path(args.resume), rows, names, SCORE)
+            done = resumed_rows(Path(args.resume), rows, names)
         except SweepError as e:
             fail(str(e))
     csv_path = Path(args.resume or args.csv or Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv")
-
-    def log(line: str) -> None:
-        print(escaped(line), flush=True)  # a trial's status and error come from its run
-
-    print(f"sweep: {len(trials)} trials of {_params(fixed)}; searching {', '.join(names)}; "
+    print(f"sweep: {len(trials)} trials of {params_text(fixed)}; searching {', '.join(names)}; "
           f"{cpus:g} CPUs per trial", flush=True)
     mark = DataDirMark(fixed["data_dir"])
+    signals_stop_as_ctrl_c()  # SIGINT and SIGTERM; the connection keeps SIGTERM's through ray.init
     try:
-        signals_stop_as_ctrl_c()  # SIGTERM's kept through ray.init by `connect`
-        if not connect(address, cpus, mark.env):
-            print(error_line(f"--cpus-per-trial {cpus:g}: expected at most the CPUs of one node of the cluster at {address}"),
-                  file=sys.stderr)
-            return 2
-        with mark:  # written before any trial is submitted; removed at the end
-            rows = sorted_rows(run_sweep(trials, fixed, cpus, args.max_retries, args.max_concurrent, log, csv_path.stem, rows, done))
-        stop_if_lost_with_the_head(rows, address)
-    except DataDirNotShared as e:  # the other trials were stopped (checkpoints kept); finished ones stay in the CSV
-        write_csv(csv_path, sorted_rows(rows), names)
-        print(error_line(str(e)), file=sys.stderr, flush=True)
-        print(csv_path, flush=True)
-        return 2
-    except KeyboardInterrupt:
-        if head_lost():  # what completed is kept in the CSV, written whole; the rest goes on with --resume
-            for row in rows:
-                row.setdefault("status", "lost")
-            write_csv(csv_path, sorted_rows(rows), names)
-            print(escaped(lost_line(str(address), rows, go_on_command(prog, argv_of(argv), csv_path))), file=sys.stderr, flush=True)
-            print(csv_path, flush=True)  # the last line, as at the end of every sweep
-            return 1
+        with connection_for(address, cpus, mark.env) as connection:  # a private Ray stops at its end; a cluster is left
+            if not connection.fits(cpus):
+                print(error_line(f"--cpus-per-trial {cpus:g}: expected at most the CPUs of one node of the cluster at {address}"),
+                      file=sys.stderr)
+                return 2
+            with mark:  # written before any trial is submitted; removed at the end
+                ending = run_sweep(connection, rows, fixed, cpus, args.max_retries, args.max_concurrent, csv_path.stem,
+                                   frozenset(done))
+    except KeyboardInterrupt:  # while Ray started or was joined
+        ending = Ending.STOPPED
+    rows = sorted_rows(rows)
+    if ending is Ending.STOPPED:
         print("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)", file=sys.stderr)
         return 130
-    finally:
-        stop_ray()  # a private instance stops; a cluster is only disconnected from
+    if ending is not Ending.DONE:  # what completed is kept in the CSV, written whole; the path is the last line, as ever
+        for row in rows if ending is Ending.HEAD_LOST else ():  # those that did not complete go on with --resume
+            row.status = row.status or "lost"
+        write_csv(csv_path, rows, names)
+        if ending is Ending.DATA_DIR_REFUSED:  # the other trials were stopped at a checkpoint
+            print(error_line(next(r.error for r in rows if r.status == "refused") or ""), file=sys.stderr, flush=True)
+        else:
+            print(escaped(lost_line(str(address), rows, go_on_command(prog, argv_of(argv), csv_path))), file=sys.stderr, flush=True)
+        print(csv_path, flush=True)
+        return 2 if ending is Ending.DATA_DIR_REFUSED else 1
     print()
     print(escaped(table(rows, names), lines=True))
     write_csv(csv_path, rows, names)
     print_comparison(fixed.get("dashboard"), rows)
     print(csv_path, flush=True)
-    return 0 if all(r.get("status") == "completed" for r in rows) else 1
+    return 0 if all(r.status == "completed" for r in rows) else 1
 
 
-__all__ = ["main", "run_trial", "sorted_rows"]
+__all__ = ["main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,9 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.sweep_rows import NUMBERS, RESULTS, SCORE, TrialRow
 from experiments.sweep_space import SweepError
-
-RESULTS = ("score", "games", "updates", "env_steps", "sps", "host", "node_id", "run_dir", "error")
 
 
 def _number(text: str) -> Any:
@@ -34,7 +33,7 @@ def _number(text: str) -> Any:
         return float(text)
 
 
-def resumed_rows(path: Path, rows: list[dict[str, Any]], names: list[str], score: str) -> set[int]:
+def resumed_rows(path: Path, rows: list[TrialRow], names: list[str]) -> set[int]:
     """`rows` (the trials planned, in order) given the run uuids of the CSV at `path` and, for the
     trials it says completed, their results; returns those trials' indices. `SweepError` (one line)
     when the file is not this sweep's results."""
@@ -51,7 +50,7 @@ def resumed_rows(path: Path, rows: list[dict[str, Any]], names: list[str], score
             saved = {row.get("trial"): row for row in csv.DictReader(f)}
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise SweepError(f"{where}: expected a sweep's results CSV ({getattr(e, 'strerror', None) or e})") from None
-    if sorted(saved, key=str) != sorted((str(r["trial"]) for r in rows), key=str):
+    if sorted(saved, key=str) != sorted((str(r.trial) for r in rows), key=str):
         raise SweepError(f"{where}: expected the results of this sweep's {len(rows)} trials (it holds {len(saved)} rows): "
                          "give the options the sweep was started with")
     done = set()
@@ -59,21 +58,22 @@ def resumed_rows(path: Path, rows: list[dict[str, Any]], names: list[str], score
     if len(set(uuids)) != len(uuids):
         raise SweepError(f"{where}: expected one run per trial (a run_uuid is listed twice)")
     for i, row in enumerate(rows):
-        old = saved[str(row["trial"])]
+        old = saved[str(row.trial)]
         for name in names:
-            if old.get(name) != str(row[name]):
-                raise SweepError(f"{where}: trial {row['trial']} has {name}={old.get(name)} there, {row[name]} here: "
+            if old.get(name) != str(row.params[name]):
+                raise SweepError(f"{where}: trial {row.trial} has {name}={old.get(name)} there, {row.params[name]} here: "
                                  "give the options the sweep was started with")
         # The uuid names the folder the trial goes on in: anything but a run's uuid (`../../x`) would
         # put it outside the data folder, or continue and rewrite another run (as population.json's check).
         if not re.fullmatch(r"[0-9a-f]{32}", old.get("run_uuid") or ""):
-            raise SweepError(f"{where}: trial {row['trial']} has run_uuid={old.get('run_uuid')!r} there: expected the uuid "
+            raise SweepError(f"{where}: trial {row.trial} has run_uuid={old.get('run_uuid')!r} there: expected the uuid "
                              "of a run (32 hex digits)")
-        row["run_uuid"] = old["run_uuid"]
+        row.run_uuid = old["run_uuid"]
         if old.get("status") == "completed":
             done.add(i)
-            row.update({k: _number(old.get(score if k == "score" else k) or "") if k in ("score", "games", "updates", "env_steps", "sps")
-                        else old.get(k) or None for k in RESULTS}, status="completed")
+            row.status = "completed"
+            texts = {k: old.get(SCORE if k == "score" else k) or "" for k in RESULTS}
+            row.take_results({k: _number(text) if k in NUMBERS else text or None for k, text in texts.items()})
     return done
 
 
@@ -95,8 +95,8 @@ def go_on_command(prog: str, argv: list[str], csv_path: Path) -> str:
     return " ".join([prog, *map(shlex.quote, kept), "--resume", shlex.quote(str(csv_path))])
 
 
-def lost_line(address: str, rows: list[dict[str, Any]], command: str) -> str:
-    completed = sum(r.get("status") == "completed" for r in rows)
+def lost_line(address: str, rows: list[TrialRow], command: str) -> str:
+    completed = sum(r.status == "completed" for r in rows)
     return (f"sweep: the Ray cluster at {address} was lost (its head); {completed} of {len(rows)} trials completed and are "
             f"kept; go on with: {command}")
 

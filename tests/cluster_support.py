@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from game.vector.private_ray import ray_installed
+from ray_setup.installed import ray_installed
 from tests import forked_run, process_table
 from tests.conftest import MARK, REPO, Cli, wait_until_no_processes
 

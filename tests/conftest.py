@@ -23,9 +23,10 @@ import torch
 from configs.ppo import PPOConfig
 from experiments.breakout import main as train_main
 from game.vector import PipePool, game_specs
-from game.vector.private_ray import ray_installed, start_private_ray, stop_ray
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
+from ray_setup.installed import ray_installed
+from ray_setup.private import start_private_ray, stop_ray
 from tests import forked_run, process_table
 from tests.made_once import made_once, set_root
 

@@ -257,6 +257,6 @@ def test_the_folder_a_killed_tool_left_is_removed_by_the_next_start(tmp_path: Pa
         assert folder.is_dir()  # and its own is not taken for a dead tool's: this process owns it
         assert tool.private_folder()[0] != folder and folder.exists()
     finally:
-        for made in Path(folder).parent.glob(f"{tool.FOLDER_PREFIX}*"):
+        for made in Path(folder).parent.glob(f"{tool.CLUSTER_PREFIX}*"):
             if (made / "owner").is_file() and (made / "owner").read_text().split()[0] == str(os.getpid()):
                 shutil.rmtree(made)

@@ -123,7 +123,7 @@ def test_a_member_or_trial_whose_node_cannot_see_the_data_folder_refuses_before_
     """run_member's and run_trial's first act, in process: a token the folder does not hold (another
     driver's, or a folder the node sees empty) is refused, and nothing is created."""
     from experiments.pbt.population import run_member
-    from experiments.sweep import run_trial
+    from experiments.ray_tasks import run_trial
 
     data = tmp_path / "runs"
     data.mkdir()

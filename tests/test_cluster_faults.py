@@ -63,7 +63,14 @@ population.run_member = held(population.run_member)
 if sys.argv[1] == "experiments.breakout":
     import time
     from experiments.run import lifecycle
-    from game.vector.ray_cluster import head_lost
+    from ray_setup.connection import RayConnection
+    connections, original_enter = [], RayConnection.__enter__
+    def enter_and_keep(self):
+        connections.append(self)
+        return original_enter(self)
+    RayConnection.__enter__ = enter_and_keep
+    def head_lost():  # as the run's pool reads it, from its connection
+        return any(c.head_lost for c in connections)
     original_summary = lifecycle.TrainingRun._summary
     def summary_then_wait(self, trainer, leg, status=None):
         written = original_summary(self, trainer, leg, status)

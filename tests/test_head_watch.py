@@ -1,4 +1,4 @@
-"""`head_refuses`, which every driver on a cluster asks to tell a lost head from a busy one, against
+"""`HeadWatch`, which every driver on a cluster reads to tell a lost head from a busy one, against
 real sockets on this machine: a port that listens answers, one that nothing holds refuses.
 
 The head's raylet goes before its GCS (tools/local_cluster.py ends the node's other processes once
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from game.vector import ray_cluster
+from ray_setup.head_watch import HeadWatch
 from tests import forked_run
 from tests.conftest import REPO
 
@@ -39,21 +39,42 @@ def closed() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_a_head_whose_gcs_refuses_is_lost(closed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ray_cluster, "_head_raylet", [])  # before the driver has looked at the cluster
-    assert ray_cluster.head_refuses(f"127.0.0.1:{closed}") is True
+def test_a_head_whose_gcs_refuses_is_lost(closed: int) -> None:
+    watch = HeadWatch(f"127.0.0.1:{closed}")  # before the driver has looked at the cluster: its GCS alone
+    assert watch.refuses_now() is True and watch.lost.is_set()
 
 
-def test_a_head_whose_raylet_refuses_is_lost_while_its_gcs_still_answers(
-        listening: int, closed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ray_cluster, "_head_raylet", [("127.0.0.1", closed)])
-    assert ray_cluster.head_refuses(f"127.0.0.1:{listening}") is True
+def test_a_head_whose_raylet_refuses_is_lost_while_its_gcs_still_answers(listening: int, closed: int) -> None:
+    assert HeadWatch(f"127.0.0.1:{listening}", [("127.0.0.1", closed)]).refuses_now() is True
 
 
-def test_a_head_that_answers_on_both_ports_is_not_lost(listening: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ray_cluster, "_head_raylet", [("127.0.0.1", listening)])
-    assert ray_cluster.head_refuses(f"127.0.0.1:{listening}") is False
+def test_a_head_that_answers_on_both_ports_is_not_lost(listening: int) -> None:
+    watch = HeadWatch(f"127.0.0.1:{listening}", [("127.0.0.1", listening)])
+    assert watch.refuses_now() is False and not watch.lost.is_set()
 
+
+def test_the_watch_sets_its_event_when_the_head_goes_and_sends_no_signal(listening: int) -> None:
+    """The watch's thread sees a port close and sets `lost`; no signal reaches this process (a
+    SIGINT would raise KeyboardInterrupt here, a person's stop)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        watch = HeadWatch(f"127.0.0.1:{port}", period_s=0.01).start()
+        try:
+            assert not watch.lost.wait(0.2)  # it answers: not lost
+        finally:
+            server.close()
+        try:
+            assert watch.lost.wait(60)
+        finally:
+            watch.stop()
+
+
+def test_a_ray_client_address_is_not_watched() -> None:
+    watch = HeadWatch("ray://127.0.0.1:10001").start()
+    assert watch.refuses_now() is False and watch.ports == []
+    watch.stop()
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "a folder", "a FIFO", "an empty default"])

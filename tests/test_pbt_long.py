@@ -17,8 +17,8 @@ import yaml
 
 from dashboard.client import DashboardError, get_hyperparams
 from experiments.run.folders import RunFolder, checkpoint_path
-from game.vector.ray_actors import ray_installed
 from ppo.checkpoint import read_checkpoint
+from ray_setup.installed import ray_installed
 from tests import forked_run
 from tests.conftest import REPO, Cli
 from tests.pbt_support import TINY, rows_of, run_dir_of, stop_for_good, wait_for

@@ -30,8 +30,8 @@ from experiments.pbt.cli import exploit_and_explore
 from experiments.pbt.explore import changes_text
 from experiments.pbt.population import Population
 from experiments.run.updates_csv import read_updates
-from game.vector.ray_actors import ray_installed
 from ppo.checkpoint import read_checkpoint
+from ray_setup.installed import ray_installed
 from tests import forked_run
 from tests.conftest import REPO, Cli
 from tests.pbt_support import POPULATION, changes_of, checkpoints, rows_of, run_dir_of, wait_for

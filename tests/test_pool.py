@@ -19,7 +19,7 @@ import pytest
 from game.atari import Game, GameSpec
 from game.vector import EnvPool, PipePool, RestartPolicy, SerialPool, WorkerDied, WorkerError, WorkerKeepsFailing, WorkerTimeout
 from game.vector.pool import RESEED_STRIDE
-from game.vector.ray_actors import ray_installed
+from ray_setup.installed import ray_installed
 from tests.process_table import is_alive
 
 PoolFactory = Callable[..., EnvPool]

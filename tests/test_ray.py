@@ -23,11 +23,11 @@ from configs.ppo import PPOConfig
 from experiments.breakout import main
 from game.atari import GameSpec
 from game.vector import PipePool, game_specs, make_pool
-from game.vector.private_ray import tighten_token_file
 from game.vector.protocol import WorkerDied, WorkerError
-from game.vector.ray_actors import ray_installed
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
+from ray_setup.installed import ray_installed
+from ray_setup.joining import tighten_token_file
 from tests.conftest import REPO, ROLLOUT_FIELDS, refused_in_process, train_from_seed
 from tests.process_table import is_alive
 from tests.ray_checks import attack, check_private, check_refused, snapshot

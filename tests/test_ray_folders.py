@@ -15,25 +15,26 @@ from pathlib import Path
 
 import pytest
 
-from game.vector.ray_actors import ray_installed
-from game.vector.stale_ray_folders import OWNER_FILE, PREFIX
+from ray_setup.installed import ray_installed
+from ray_setup.token_folder import OWNER_FILE
+from ray_setup.token_folder import PRIVATE_PREFIX as PREFIX
 from tests.conftest import REPO, Cli
 
 pytestmark = pytest.mark.ray
 requires_ray = pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
 
 # A process that starts a private Ray, prints its folder and waits to be killed.
-RAY_THEN_WAIT = ("import time; from game.vector.private_ray import start_private_ray, _private; "
+RAY_THEN_WAIT = ("import time; from ray_setup.private import start_private_ray, _private; "
                  "start_private_ray(1); print(_private['folder'], flush=True); time.sleep(600)")
 # A folder made as a private Ray's is (0700, its owner file), without starting Ray; then `wait`.
-FOLDER_ONLY = ("import sys, tempfile, time; from pathlib import Path; from game.vector import stale_ray_folders as s; "
-               "f = Path(tempfile.mkdtemp(prefix=s.PREFIX)); s.write_owner(f); print(f, flush=True); "
+FOLDER_ONLY = ("import sys, tempfile, time; from pathlib import Path; from ray_setup import token_folder as s; "
+               "f = Path(tempfile.mkdtemp(prefix=s.PRIVATE_PREFIX)); s.write_owner(f); print(f, flush=True); "
                "time.sleep(600 if sys.argv[1] == 'wait' else 0)")
 # The next start, in a process whose first start fails part-way: the object store's folder is missing,
 # which Ray finds once its GCS, monitor and API server run, and raises without stopping them.
 NEXT_START = """
 import psutil
-from game.vector.private_ray import start_private_ray, stop_ray
+from ray_setup.private import start_private_ray, stop_ray
 try:
     start_private_ray(1, _plasma_directory="/nonexistent")
 except ValueError:

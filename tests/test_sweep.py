@@ -20,9 +20,10 @@ import yaml
 from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import RunFolder
 from experiments.run.updates_csv import read_updates
-from experiments.sweep import main, sorted_rows
+from experiments.sweep import main
+from experiments.sweep_rows import TrialRow, sorted_rows
 from experiments.sweep_space import SearchSpace, SweepError, parse_distribution, search_space
-from game.vector.ray_actors import ray_installed
+from ray_setup.installed import ray_installed
 from tests import forked_run, process_table
 from tests.conftest import MARK, REPO, Cli, wait_for_file
 from tests.ray_checks import attack, check_private, check_refused, snapshot
@@ -95,6 +96,11 @@ def test_a_sweeps_ray_is_private_and_a_sigterm_stops_its_trials_and_leaves_nothi
     _out, err = process.communicate(timeout=600)
     assert process.returncode == 130, err[-3000:]
     assert "sweep interrupted: running trials were stopped (their last checkpoints are kept)" in err
+    # Stopped as a person's Ctrl-C stops a run (experiments/ray_tasks.py), not killed: the trial
+    # ended its update, checkpointed and wrote its summary, so it goes on from there.
+    [summary] = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("summary.json")]  # --max-concurrent 1
+    assert (summary["status"], summary["checkpoint"] is not None) == ("interrupted", True), summary
+    assert summary["updates"] >= done and Path(summary["checkpoint"]).exists()
     assert cli.leftovers() == []  # Ray's processes and the trial's workers are gone
     assert not ray.token_path.parent.exists()
 
@@ -115,7 +121,7 @@ if "HOLD_FILE" in os.environ:
                 time.sleep(1)
         return original(self, live_values)
     Trainer.state_dict = hold_at_update_2
-from experiments.sweep import run_trial
+from experiments.ray_tasks import run_trial
 print(json.dumps(run_trial(json.loads(sys.argv[1]), sys.argv[2])))
 """
 
@@ -220,8 +226,8 @@ def test_yaml_and_command_line_combine(tmp_path: Path) -> None:
 
 
 def test_sorted_by_final_score_best_first_unscored_last() -> None:
-    rows = [{"trial": 1, "score": None}, {"trial": 2, "score": 3.5}, {"trial": 3, "score": 12.0}, {"trial": 4, "score": 0.0}]
-    assert [r["trial"] for r in sorted_rows(rows)] == [3, 2, 4, 1]
+    rows = [TrialRow(trial, "0" * 32, {}, score=score) for trial, score in [(1, None), (2, 3.5), (3, 12.0), (4, 0.0)]]
+    assert [r.trial for r in sorted_rows(rows)] == [3, 2, 4, 1]
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -21,8 +21,9 @@ Why every node is on 127.0.0.1: Ray's servers listen on loopback only when their
 is 127.0.0.1, and on every interface for any other address (127.0.0.2 included). So every node
 has that address and its own ports, and Ray is imported with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 (Ray's single-machine switch) so that it keeps it: a driver joining a loopback address does the
-same (game/vector/private_ray.py). `ray start` cannot be used: with that switch it refuses every
-node but the head, so each node is started here through Ray's `Node`, one process per node.
+same (ray_setup/loopback.py). `ray start` cannot be used: with that switch it refuses every node
+but the head, so each node is started here through Ray's internal `Node`, one process per node
+(ray_setup/ray_internals.py).
 
 Each node's process watches its raylet and reaps it the moment it ends: a raylet left a zombie
 still looks alive to its workers (they check their raylet's pid), so the actors of a lost node
@@ -40,16 +41,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-LOOPBACK = "127.0.0.1"
-LOCAL_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+from ray_setup.loopback import LOCAL_ONLY_VARIABLE, LOOPBACK
+from ray_setup.token_folder import CLUSTER_PREFIX, TOKEN_FILE, make_token_folder
+
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _CLONE_NEWNS, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x20000, 2, 4, 1 << 14, 1 << 18
-FOLDER_PREFIX = "ray-cluster-"
 OBJECT_STORE_BYTES = 96 * 1024 * 1024  # per node: the actors' replies are small, and nodes share one machine's memory
 
 
@@ -101,8 +101,7 @@ def run_node(args: argparse.Namespace) -> int:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # orphans of this node's processes come back here, not to init
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the tool's to act on, in its order
     os.environ[LOCAL_ONLY_VARIABLE] = "0"  # before `import ray`: keep 127.0.0.1, Ray's loopback-only address
-    from ray._private.node import Node
-    from ray._private.parameter import RayParams
+    from ray_setup.ray_internals import LocalNode
 
     head = args.node == "head"
     options: dict[str, Any] = dict(num_cpus=args.cpus_per_node, num_gpus=0, node_ip_address=LOOPBACK,
@@ -115,16 +114,14 @@ def run_node(args: argparse.Namespace) -> int:
         options.update(gcs_server_port=0, _system_config={"health_check_period_ms": 1000, "health_check_failure_threshold": 3})
     else:
         options.update(gcs_address=args.gcs, include_log_monitor=False)
-    params = RayParams(**options)
-    params.dashboard_agent_listen_port = None  # a free port, not Ray's fixed default that another Ray may hold
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        node = Node(params, head=head, shutdown_at_exit=False, spawn_reaper=False)
+        node = LocalNode(options, head)
     except BaseException:  # Ray gave up (its raylet did not register in 30 s): what it started goes too
         _end_descendants()
         raise
-    raylet = node.all_processes["raylet"][0].process
+    raylet = node.raylet
     print(f"UP {node.gcs_address} {node.node_id} {raylet.pid}", flush=True)
     def reap_raylet() -> None:  # the moment it ends
         raylet.wait()
@@ -133,7 +130,7 @@ def run_node(args: argparse.Namespace) -> int:
     threading.Thread(target=reap_raylet, daemon=True).start()
     stopping.wait()
     lost = raylet.poll() is not None
-    node.kill_all_processes(check_alive=False, allow_graceful=not lost)
+    node.stop(graceful=not lost)
     _end_descendants()
     if lost:
         print(f"local_cluster: node {node.node_id} lost (its raylet ended); its processes were ended", file=sys.stderr, flush=True)
@@ -167,21 +164,11 @@ def _end_descendants() -> None:
 # ---- the cluster ---------------------------------------------------------------------------------
 
 def private_folder() -> tuple[Path, Path]:
-    """A fresh 0700 folder and, in it, the cluster's token file, created 0600 (O_EXCL, never through
-    a link) before any node reads it."""
-    import secrets
-
-    from game.vector.stale_ray_folders import remove_stale_folders, write_owner
-
-    # The folders of tools killed by SIGKILL, whose nodes have ended with them (parent-death signal).
-    remove_stale_folders(Path(tempfile.gettempdir()), FOLDER_PREFIX)
-    folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))  # mode 0700
-    write_owner(folder)  # so that the next start removes it if this tool cannot (a SIGKILL)
-    token = folder / "auth_token"
-    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
-    return folder, token
+    """A fresh 0700 folder and, in it, the cluster's token file (ray_setup/token_folder.py), made
+    before any node reads it. The folders of tools killed by SIGKILL, whose nodes have ended with
+    them (parent-death signal), are removed first."""
+    folder = make_token_folder(CLUSTER_PREFIX)
+    return folder, folder / TOKEN_FILE
 
 
 class Cluster:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -161,15 +160,14 @@ def run(args: Any, address: str, started_here: bool) -> dict[str, Any]:
     from configs.ppo import PPOConfig
     from configs.refusals import fail
     from game.vector import PipePool, game_specs
-    from game.vector.private_ray import join_ray_cluster, stop_ray
     from game.vector.ray_actors import RayPool
+    from ray_setup.connection import RayConnection
 
     n, k = args.actors, args.envs_per_actor
     say(f"joining the cluster at {address} …")
-    ray = join_ray_cluster(address, runtime_env={"py_modules": [str(REPO / "game")]}, log_to_driver=False,
-                           logging_level=logging.WARNING, configure_logging=True)
-    try:
-        nodes = cluster_nodes(ray)
+    packages = [str(REPO / "game"), str(REPO / "ray_setup")]
+    with RayConnection(address, runtime_env={"py_modules": packages}, configure_logging=True) as connection:  # left at the end
+        nodes = cluster_nodes(connection.ray)
         if len(nodes) < 2:
             fail(f"--ray-address {address}: expected a cluster of 2 nodes or more with CPUs, to spread actors over "
                  f"(it has {len(nodes)})")
@@ -190,8 +188,6 @@ def run(args: Any, address: str, started_here: bool) -> dict[str, Any]:
         say(f"pipes: {n} worker processes × {k} games on this machine …")
         with PipePool(game_specs(PPOConfig(), range(n * k)), k, timeout_s=120.0) as pipes:
             result["pipes"] = measure(pipes, range(n), args.duration)
-    finally:
-        stop_ray()  # leaves the cluster (its nodes stay up)
     pipes_us = result["pipes"]["step_us"]
     return {
         **result,
@@ -230,7 +226,8 @@ def _interrupted(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     from configs.refusals import fail
-    from game.vector.private_ray import cluster_refusal, ray_refusal
+    from ray_setup.installed import ray_refusal
+    from ray_setup.joining import cluster_refusal
 
     if (refusal := ray_refusal("node crossing measures")) is not None:
         fail(refusal)

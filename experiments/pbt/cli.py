@@ -13,12 +13,12 @@ by Ctrl-C/SIGTERM (every member with a checkpoint: `--resume FOLDER` goes on).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 import uuid
 from collections.abc import Sequence
-from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,14 +38,14 @@ from experiments.pbt.legs import leg_changes, plan_resumed, this_leg
 from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
 from experiments.pbt.population import PrivateDashboard, run_segment
 from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
+from experiments.ray_tasks import Ending, connection_for
 from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import RunFolder
 from experiments.run.stopping import signals_stop_as_ctrl_c
-from experiments.shared_data_dir import DataDirMark, DataDirNotShared
-from experiments.sweep import connect
+from experiments.shared_data_dir import DataDirMark
 from game.atari import canonical_game, is_known_game
-from game.vector.private_ray import cluster_refusal, ray_refusal, stop_ray
-from game.vector.ray_cluster import head_lost, lost_now
+from ray_setup.connection import RayConnection, connection_refusal
+from ray_setup.installed import ray_refusal
 
 PROG = "python -m experiments.pbt"
 TWEAK = "python -m experiments.tweak"
@@ -200,53 +200,39 @@ def _score(score: float | None) -> str:
 
 def run(population: Population, address: str | None) -> int:
     """Run (or go on with) the population; its exit code (see the module's doc)."""
+    mark = DataDirMark(population.fixed["data_dir"])
+    connection = connection_for(address, population.cpus_per_member, mark.env)
     try:
-        return _run(population, address)
-    except (OSError, UnsafeRunFolder, RuntimeError) as e:  # before any member ran: its folder, its dashboard
+        with contextlib.ExitStack() as on_cluster:
+            # A cluster is joined before anything is written: one with no node that can take a member
+            # is refused with nothing made (no folder, no dashboard), as a bad option is.
+            if address is not None:
+                try:
+                    on_cluster.enter_context(connection)
+                except KeyboardInterrupt:
+                    say("pbt stopped while joining the cluster: nothing was started or written")
+                    return 130
+                except ConnectionError as e:  # no cluster there, or one that refuses this driver (its auth token)
+                    raise RuntimeError(f"--ray-address {address}: could not join a Ray cluster there "
+                                       f"({str(e).strip().splitlines()[0]}); no member ran") from None
+                if not connection.fits(population.cpus_per_member):
+                    say(error_line(f"--cpus-per-member {population.cpus_per_member:g}: expected at most the CPUs of one "
+                                   f"node of the cluster at {address}"))
+                    return 2
+            return _run(population, connection, mark)
+    except (OSError, UnsafeRunFolder, RuntimeError) as e:  # before any member ran: its folder, its dashboard, Ray
         say(error_line(str(e)))
         return 1
 
 
-def run_members_to(population: Population, target: int, address: str | None) -> dict[int, str | None]:
-    """Every member to update `target` (`run_segment`). Members that failed because the cluster's head
-    was lost (their tasks fail as its raylet goes, before the head's watcher may look) end the
-    population as the watcher's Ctrl-C does: nothing of this generation is recorded."""
-    failures = run_segment(population, target, lambda m, c: queue_on_dashboard(population, m, c), say)
-    if any(failures.values()) and lost_now(address):
-        raise KeyboardInterrupt
-    return failures
-
-
-def _join(population: Population, address: str | None, mark: DataDirMark) -> bool:
-    """ray.init (`connect`): whether a member fits on some node; RuntimeError where Ray refuses."""
-    try:
-        return connect(address, population.cpus_per_member, mark.env)
-    except ConnectionError as e:  # no cluster there, or one that refuses this driver (its auth token)
-        raise RuntimeError(f"--ray-address {address}: could not join a Ray cluster there "
-                           f"({str(e).strip().splitlines()[0]}); no member ran") from None
-
-
-def _run(population: Population, address: str | None) -> int:
-    mark = DataDirMark(population.fixed["data_dir"])
-    # A cluster is joined before anything is written: one with no node that can take a member is
-    # refused with nothing made (no folder, no dashboard), as a bad option is.
-    try:
-        if address is not None and not _join(population, address, mark):
-            stop_ray()
-            say(error_line(f"--cpus-per-member {population.cpus_per_member:g}: expected at most the CPUs of one node of "
-                           f"the cluster at {address}"))
-            return 2
-    except KeyboardInterrupt:
-        stop_ray()
-        say("pbt stopped while joining the cluster: nothing was started or written")
-        return 130
+def _run(population: Population, connection: RayConnection, mark: DataDirMark) -> int:
     folder = population.path
     folder.mkdir(parents=True, exist_ok=True)
     lineage = folder / "lineage.csv"
     append_rows(lineage, [])  # the header, so the path printed always names a table
     targets = population.targets()
     private = PrivateDashboard(folder / "dashboard", Path(population.fixed["data_dir"])) if population.private_dashboard else None
-    with private or nullcontext():
+    with private or contextlib.nullcontext():
         if private is not None:
             population.fixed["dashboard"] = private.url
         population.save()
@@ -257,49 +243,54 @@ def _run(population: Population, address: str | None) -> int:
             + f"\n  {tweak_hint(population)}")
         say_comparison(population)
         try:
-            if address is None:
-                _join(population, address, mark)  # a private Ray, sized for a member
-            mark.write()  # before any member is submitted; removed at the end
-            failures: dict[int, str | None] = {}
-            while population.generation < len(targets):
-                target = targets[population.generation]
-                say(f"segment {population.generation + 1}/{len(targets)}: every member to update {target}")
-                failures = run_members_to(population, target, address)
-                last = population.generation == len(targets) - 1
-                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-                try:  # a generation's copies, its rows and its count are done whole, or not at all
-                    rows = [] if last else exploit_and_explore(population, target, failures)
-                    append_rows(lineage, rows)
-                    population.generation += 1
-                    population.save()
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-                plot(folder / "lineage.png", read_rows(lineage), [population.run_dir(m) or folder for m in range(len(population.members))])
-            for member, changes in population.unqueued.items():
-                say(f"  note: member {member}'s run ended before the dashboard saw it running: {changes_text(changes)} "
-                    "was never queued there (its checkpoint holds them; updates.csv shows them)")
-            code = 0 if not any(failures.values()) else 1
-        except KeyboardInterrupt:
-            if head_lost():  # its generation's record is whole: written with SIGINT blocked
-                say(f"pbt: the Ray cluster at {address} was lost (its head); every member's last checkpoint is kept; "
-                    f"go on with: {PROG} --resume {folder} --ray-address {address}")
-                code = 1
-            else:
-                say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
-                code = 130
-        except DataDirNotShared as e:  # a member's node cannot see --data-dir; the others stopped at a checkpoint
-            say(error_line(str(e)))
-            code = 2
+            # A private Ray (sized for a member) starts here; the data folder's mark is written
+            # before any member is submitted, and removed at the end.
+            with contextlib.nullcontext() if connection.connected else connection, mark:
+                code = run_generations(population, connection, targets, lineage)
+        except KeyboardInterrupt:  # a person's stop between segments, or while Ray started
+            code = 130
         except (RuntimeError, OSError, UnsafeRunFolder) as e:  # a write refused: a link put in the folder meanwhile
             say(error_line(str(e)))
             code = 1
-        finally:
-            mark.remove()
-            stop_ray()  # a private instance stops; a cluster is only disconnected from
+        if code == 130:
+            say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
     if not population.private_dashboard and population.generation > 0:  # a private one has stopped with it
         say_comparison(population)
     print(lineage, flush=True)
     return code
+
+
+def run_generations(population: Population, connection: RayConnection, targets: list[int], lineage: Path) -> int:
+    """Every generation left: its segment, then (but after the last) its exploits; the exit code."""
+    folder = population.path
+    failures: dict[int, str | None] = {}
+    while population.generation < len(targets):
+        target = targets[population.generation]
+        say(f"segment {population.generation + 1}/{len(targets)}: every member to update {target}")
+        scheduled, failures = run_segment(connection, population, target, lambda m, c: queue_on_dashboard(population, m, c), say)
+        if scheduled.ending is Ending.STOPPED:
+            return 130
+        if scheduled.ending is Ending.HEAD_LOST:  # nothing of this generation is recorded
+            say(f"pbt: the Ray cluster at {connection.address} was lost (its head); every member's last checkpoint is kept; "
+                f"go on with: {PROG} --resume {folder} --ray-address {connection.address}")
+            return 1
+        if scheduled.ending is Ending.DATA_DIR_REFUSED:  # the others stopped at a checkpoint
+            say(error_line(scheduled.refusal or ""))
+            return 2
+        last = population.generation == len(targets) - 1
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:  # a generation's copies, its rows and its count are done whole, or not at all
+            rows = [] if last else exploit_and_explore(population, target, failures)
+            append_rows(lineage, rows)
+            population.generation += 1
+            population.save()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        plot(folder / "lineage.png", read_rows(lineage), [population.run_dir(m) or folder for m in range(len(population.members))])
+    for member, changes in population.unqueued.items():
+        say(f"  note: member {member}'s run ended before the dashboard saw it running: {changes_text(changes)} "
+            "was never queued there (its checkpoint holds them; updates.csv shows them)")
+    return 0 if not any(failures.values()) else 1
 
 
 def say_comparison(population: Population) -> None:
@@ -328,10 +319,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         population, address = plan(args)
     except (ConfigError, PbtError, PopulationFileError) as e:
         fail(str(e))
-    if address is not None and (refusal := cluster_refusal(address)) is not None:
-        fail(refusal)  # a cluster this driver cannot join, said before anything starts
+    if (refusal := connection_refusal(address)) is not None:
+        fail(refusal)  # a cluster this driver cannot join, or a Ray it cannot use, said before anything starts
 
-    signals_stop_as_ctrl_c()  # SIGINT and SIGTERM; `connect` keeps SIGTERM's through ray.init
+    signals_stop_as_ctrl_c()  # SIGINT and SIGTERM; the connection keeps SIGTERM's through ray.init
     return run(population, address)
 
 

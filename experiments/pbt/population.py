@@ -10,7 +10,6 @@ or replaced whole by rename).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -23,78 +22,47 @@ from typing import Any
 
 from configs.terminal import escaped
 from experiments.pbt.state import Population
-from experiments.ray_tasks import run_task, stop_gently
-from experiments.run.folder_checks import UnsafeRunFolder, open_own_file
-from experiments.shared_data_dir import DataDirNotShared, check_data_dir_seen, refusal_in
-from experiments.sweep import run_trial
-from game.vector.ray_cluster import head_lost
+from experiments.ray_tasks import Scheduled, TaskEnd, remote_task, run_member, run_tasks
+from experiments.run.folder_checks import open_own_file
+from ray_setup.connection import RayConnection
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_member(overrides: dict[str, Any], run_uuid: str, label: str) -> dict[str, Any]:
-    """One member's segment (a Ray task in a fresh process): resume the run, or start it, until
-    `stop_after_env_steps`. The process of its previous segment may still be exiting after it
-    returned; the run is resumed once that process has let go of it. `label` names it on the dashboard."""
-    check_data_dir_seen(overrides["data_dir"])  # first: a node that cannot see it refuses, having written nothing
-    from experiments.run.folders import RunFolder
-
-    folder = RunFolder.named(Path(overrides["data_dir"]), run_uuid, "run_uuid")
-    deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)
-    with contextlib.suppress(UnsafeRunFolder):  # an unsafe folder: refused below, in the plan's one line
-        while folder is not None and folder.check() not in (None, os.getpid()) and time.monotonic() < deadline:
-            time.sleep(0.05)  # the previous segment's process ends by itself
-    return run_trial(overrides, run_uuid, label)  # planned as every run is (experiments/run/plan.py)
-
-
-def run_segment(population: Population, target: int, queue: Callable[[int, dict[str, Any]], bool],
-                log: Callable[[str], None]) -> dict[int, str | None]:
-    """Run every member to update `target` on Ray, in parallel; {member: why it failed, or None}.
+def run_segment(connection: RayConnection, population: Population, target: int, queue: Callable[[int, dict[str, Any]], bool],
+                log: Callable[[str], None]) -> tuple[Scheduled, dict[int, str | None]]:
+    """Every member to update `target`, in parallel, as Ray tasks (experiments/ray_tasks.py: how the
+    loop ends, a person's stop included); returns that ending and {member: why it failed, or None}
+    for each member that ended.
 
     The dashboard takes a live change only for a run that is running, so a member's explored values
-    are queued (`queue(member, values)`: True once taken, or given up) while its segment runs.
-
-    Ctrl-C (KeyboardInterrupt here): each running member is asked to stop as a person's Ctrl-C
-    asks a run (ray.cancel without force raises SIGINT's handler in the member's process: it
-    finishes its update and checkpoints); a second Ctrl-C stops them at once.
-    """
-    import ray
-
-    task = run_task(ray, run_member, population.cpus_per_member, population.max_retries)
-    running: dict[Any, int] = {}
+    are queued (`queue(member, values)`: True once taken, or given up) while its segment runs."""
+    task = remote_task(connection.ray, run_member, population.cpus_per_member, population.max_retries)
     failures: dict[int, str | None] = {}
+    calls = []
     for member, spec in enumerate(population.members):
         summary = population.summary(member)
         if summary.get("status") not in (None, "running") and summary.get("updates", 0) >= target:
             failures[member] = None  # it got there before the population was stopped
             continue
         overrides = {**population.fixed, "seed": spec["seed"], "stop_after_env_steps": target * population.batch_size}
-        running[task.remote(overrides, spec["run_uuid"], f"population {population.path.name} member {member}")] = member
-    try:
-        while running:
-            for member in set(running.values()) & {int(m) for m in population.unqueued}:
-                if queue(member, population.unqueued[str(member)]):
-                    del population.unqueued[str(member)]
-                    population.save()
-            waiting = bool(set(running.values()) & {int(m) for m in population.unqueued})
-            done, _ = ray.wait(list(running), num_returns=1, timeout=0.05 if waiting else None)
-            if not done:
-                continue
-            member = running.pop(done[0])
-            try:
-                result = ray.get(done[0])
-                failures[member] = None if result["exit_code"] == 0 else f"{result['status']}: {result.get('error')}"
-            except ray.exceptions.RayError as e:  # it raised, or its process was lost more than max_retries times
-                if (refusal := refusal_in(e)) is not None:  # its node cannot see --data-dir: the others are stopped
-                    stop_gently(ray, list(running))
-                    raise DataDirNotShared(refusal) from None
-                failures[member] = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-            log(f"  member {member}: {'at update ' + str(target) if failures[member] is None else 'failed: ' + str(failures[member])}")
-    except KeyboardInterrupt:
-        if not head_lost():  # a lost head took the members with it: none is left to ask
-            stop_gently(ray, list(running))  # each asked to stop and checkpoint; at a second Ctrl-C, stopped at once
-        raise
-    return failures
+        calls.append((member, (overrides, spec["run_uuid"], f"population {population.path.name} member {member}")))
+
+    def ended(end: TaskEnd) -> None:
+        result = end.summary
+        failures[end.key] = (end.error if result is None else
+                             None if result["exit_code"] == 0 else f"{result['status']}: {result.get('error')}")
+        log(f"  member {end.key}: {'at update ' + str(target) if failures[end.key] is None else 'failed: ' + str(failures[end.key])}")
+
+    def hand_out(running: frozenset[int]) -> bool:
+        """The values queued for running members, offered to the dashboard; whether some still wait."""
+        for member in sorted(running & {int(m) for m in population.unqueued}):
+            if queue(member, population.unqueued[str(member)]):
+                del population.unqueued[str(member)]
+                population.save()
+        return bool(running & {int(m) for m in population.unqueued})
+
+    return run_tasks(connection, task, calls, len(calls), ended, hand_out), failures
 
 
 def _ends_with_parent() -> Callable[[], None] | None:

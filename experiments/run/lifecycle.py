@@ -31,12 +31,12 @@ from experiments.run.report import cluster_lost_line, earlier_wall_time, next_co
 from experiments.run.stopping import BEFORE_TRAINING, WITHIN_UPDATE, GracefulStop
 from experiments.run.updates_csv import UpdatesCsv, read_updates
 from game.vector import ClusterLost, PoolError, WorkerKeepsFailing, game_specs, make_pool
-from game.vector.private_ray import ray_node_id
 from ppo.checkpoint import Checkpoint, CheckpointError, save_checkpoint, write_json
 from ppo.devices import machine_fingerprint, precision_label, resolve_device
 from ppo.evaluation import record_training_video
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
+from ray_setup.installed import ray_node_id
 
 FAULTS = (NonFiniteLoss, WorkerKeepsFailing, PoolError)  # stop the run; its last good state is kept
 

@@ -34,7 +34,7 @@ from experiments.run import games_csv, updates_csv
 from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import CHECKPOINTS, RunFolder, read_record
 from game.atari import canonical_game, is_known_game, relaunch_refusal
-from game.vector.private_ray import ray_version_problem
+from ray_setup.installed import ray_version_problem
 
 if TYPE_CHECKING:
     from ppo.checkpoint import ResumePoint

@@ -48,8 +48,7 @@ def signals_stop_as_ctrl_c() -> None:
     """SIGINT and SIGTERM both raise KeyboardInterrupt in this process (a driver that stops its runs
     there). SIGINT's is set too: Python sets it only when SIGINT was not ignored at start, and a
     command a script starts in the background (`cmd &`, nohup) starts with SIGINT ignored, where a
-    `kill -INT`, and the SIGINT that a lost cluster head's watcher sends (game/vector/ray_cluster.py),
-    did nothing: the driver waited on its runs for good. `ray.init` replaces SIGTERM's handler, so
-    a driver puts it back after (experiments/sweep.py `connect`)."""
+    `kill -INT` did nothing: the driver waited on its runs for good. `ray.init` replaces SIGTERM's
+    handler; the driver's connection puts it back (ray_setup/connection.py)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)

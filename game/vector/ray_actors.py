@@ -10,18 +10,17 @@ observation.
 
 Failures become the pool's errors naming the worker and the actor: an exception in an actor →
 `WorkerError` with its traceback; an actor (or its node) gone → `WorkerDied`; no answer within
-`timeout_s` → `WorkerTimeout`; on a cluster joined here, its head lost (watched:
-`ray_cluster.watch_head`) → `ClusterLost`, which no replacement can mend. `close()` kills every
-actor and, if this pool started Ray itself, stops the local Ray processes (gcs, raylet, agents,
-workers). A Ray this pool starts is private:
-`game/vector/private_ray.py` starts it on loopback with a token of its own.
+`timeout_s` → `WorkerTimeout`; on a cluster joined here, its head lost (the connection's watch,
+ray_setup/head_watch.py) → `ClusterLost`, which no replacement can mend. `close()` kills every
+actor and, if this pool connected to Ray itself, ends that connection (ray_setup/connection.py): a
+private Ray it started stops (gcs, raylet, agents, workers), a cluster is only left. A Ray this
+pool starts is private: on loopback, with a token of its own (ray_setup/private.py).
 
 Ray is optional: imported only when a pool is built, so `import game` works without it.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import re
@@ -33,11 +32,12 @@ from typing import Any
 from game.atari import GameSpec
 from game.vector.group import GameGroup, GroupArrays
 from game.vector.pool import EnvPool, RestartPolicy
-from game.vector.private_ray import INSTALL_HINT, import_ray, join_ray_cluster, ray_connected, ray_installed, start_private_ray, stop_ray
 from game.vector.protocol import ClusterLost, Command, PoolError, RemoteError, WorkerDied, WorkerError, WorkerTimeout
-from game.vector.ray_cluster import head_lost, head_refuses, watch_head
+from ray_setup.connection import RayConnection
+from ray_setup.installed import import_ray, ray_connected
+from ray_setup.ray_internals import actor_id_of
 
-__all__ = ["INSTALL_HINT", "EnvActor", "RayPool", "import_ray", "ray_installed"]
+__all__ = ["EnvActor", "RayPool"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MOVES_GAMES = (Command.STEP, Command.RESET, Command.SET_STATE, Command.INFO)  # replies carry the arrays
@@ -87,11 +87,10 @@ class RayPool(EnvPool):
             raise ValueError(f"cpus_per_worker must be > 0, got {cpus_per_worker}")
         self.cpus_per_worker = cpus_per_worker
         self.placement = list(nodes)
-        self._owns_ray = False
+        self._connection: RayConnection | None = None  # a connection this pool made (none inside a sweep's trial)
         self._actors: dict[int, Any] = {}
         self._pending: dict[int, Any] = {}  # worker -> ObjectRef of its call in flight
         self._nodes: dict[str, None] = {}  # node id -> None: the nodes used, in order
-        self._watched: str | None = None  # the cluster joined here, whose head is watched
         self._lost = False  # its head was lost: the actors went with it
         if not ray_connected():
             self._connect(address, len(specs) // envs_per_worker)
@@ -104,20 +103,18 @@ class RayPool(EnvPool):
             raise
 
     def _connect(self, address: str | None, n_workers: int) -> None:
-        common = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
         if address is None:
             # A private instance on this machine (loopback only, its own token): enough logical
             # CPUs for every actor.
-            start_private_ray(max(os.cpu_count() or 1, math.ceil(n_workers * self.cpus_per_worker)), **common)
+            connection = RayConnection(None, max(os.cpu_count() or 1, math.ceil(n_workers * self.cpus_per_worker)),
+                                       configure_logging=True)
         else:
             # Nodes of a cluster need the same Python environment (ale-py, gymnasium, opencv) but
-            # not this checkout: the `game` package travels with the job, so the actors run the
-            # driver's code whatever version a node has installed.
-            package = str(Path(__file__).resolve().parents[1])
-            join_ray_cluster(address, runtime_env={"py_modules": [package]}, **common)
-            watch_head(address, interrupt=False)  # a lost head ends the run (ClusterLost), not Ray's client a minute later
-            self._watched = address
-        self._owns_ray = True
+            # not this checkout: the packages an actor imports travel with the job, so the actors
+            # run the driver's code whatever version a node has installed.
+            packages = [str(Path(__file__).resolve().parents[2] / name) for name in ("game", "ray_setup")]
+            connection = RayConnection(address, runtime_env={"py_modules": packages}, configure_logging=True)
+        self._connection = connection.__enter__()  # left in `_shutdown`, however the pool ends
 
     def _await_start(self, worker: int, timeout_s: float, attempts: int = 3) -> None:
         super()._await_start(worker, timeout_s, attempts)
@@ -187,7 +184,7 @@ class RayPool(EnvPool):
     def _wait(self, refs: list[Any], timeout_s: float) -> set[Any]:
         """The refs of `refs` ready within `timeout_s`. On a cluster joined here, waited for in slices
         of half a second, so that a lost head ends the wait at once (`ClusterLost`)."""
-        if self._watched is None:
+        if self._connection is None or self._connection.watch is None:
             ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s, fetch_local=True)
             return set(ready)
         deadline, ready_set = time.monotonic() + timeout_s, set()
@@ -201,9 +198,11 @@ class RayPool(EnvPool):
         return ready_set
 
     def _raise_if_lost(self, check_now: bool = False) -> None:
-        if self._watched is not None and (head_lost() or (check_now and head_refuses(self._watched))):
+        connection = self._connection
+        if connection is not None and connection.address is not None and (
+                connection.head_lost or (check_now and connection.lost_now())):
             self._lost = True
-            raise ClusterLost(self._watched)
+            raise ClusterLost(connection.address)
 
     def _stop(self, workers: Sequence[int], timeout_s: float) -> None:
         for w in workers:
@@ -215,11 +214,9 @@ class RayPool(EnvPool):
                     pass  # already gone (or Ray itself is): nothing left to stop
 
     def _shutdown(self) -> None:
-        if self._owns_ray:
-            self._owns_ray = False
-            # Stops what ray.init started here (gcs, raylet, agents, worker processes) and waits
-            # for them; on a cluster it only disconnects, the cluster's nodes stay up.
-            stop_ray()
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            connection.__exit__()  # a private Ray's processes stopped and waited for; a cluster's nodes stay up
 
     def _start_failed(self, failure: PoolError) -> PoolError:
         """A start timeout often means the cluster has too few CPUs for the actors: say so."""
@@ -258,7 +255,7 @@ class RayPool(EnvPool):
     def _describe(self, worker: int) -> str:
         info = self._info[worker]
         actor = self._actors.get(worker)
-        actor_id = info.get("actor_id") or (actor._actor_id.hex() if actor is not None else "?")
+        actor_id = info.get("actor_id") or (actor_id_of(actor) if actor is not None else "?")
         node = f" (node {info['node_id'][:12]})" if "node_id" in info else ""
         where = f", pid {info['pid']} on {info['node']}{node}" if "pid" in info else ""
         return f"Ray actor {actor_id}{where}"

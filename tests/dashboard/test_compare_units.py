@@ -12,7 +12,7 @@ from dashboard_support import REPO
 from dashboard.client import MAX_COMPARED_RUNS, compare_line
 from dashboard.compare import changed_live_values, seed_of, training_seconds
 from experiments.seed_runs import dashboard_of
-from experiments.sweep import print_comparison
+from experiments.sweep_rows import TrialRow, print_comparison
 
 
 def test_the_printed_address_leaves_credentials_out_and_caps_the_runs() -> None:
@@ -42,8 +42,8 @@ def test_a_live_value_is_changed_when_the_run_uses_another_than_it_started_with(
 
 
 def test_a_sweep_prints_the_page_of_the_trials_that_trained(capsys: pytest.CaptureFixture[str]) -> None:
-    rows = [{"run_uuid": "b" * 32, "updates": 5}, {"run_uuid": "a" * 32, "updates": 0},
-            {"run_uuid": "c" * 32, "status": "failed"}]  # ranked best first; Ray lost the third before it ran
+    rows = [TrialRow(2, "b" * 32, {}, updates=5), TrialRow(1, "a" * 32, {}, updates=0),
+            TrialRow(3, "c" * 32, {}, status="failed")]  # ranked best first; Ray lost the third before it ran
     print_comparison("http://127.0.0.1:5005/api/v1/default", rows)
     print_comparison(None, rows)  # trials that reported to no dashboard
     assert capsys.readouterr().out == (f"compare the 2 trials on the dashboard: http://127.0.0.1:5005/compare?runs="

@@ -1,0 +1,187 @@
+"""`RayConnection`: a driver's one connection to Ray, as a context manager.
+
+    with RayConnection(address, num_cpus=…) as connection:   # None: a private Ray, started here
+        … ray.wait(refs, timeout=…) …; if connection.head_lost: …
+
+It owns, in the order they are set up and undone in reverse:
+- `ray.init` (a private Ray: ray_setup/private.py; a cluster: ray_setup/joining.py) and, on exit,
+  `ray.shutdown` (a private Ray stops, a cluster is only left);
+- the driver's SIGTERM handler: `ray.init` replaces it with one that aborts the process (exit -6,
+  nothing stopped); the driver's own is put back at once;
+- on a cluster, the head's watch (ray_setup/head_watch.py): `head_lost` is a fact the driver reads
+  between waits, never a signal;
+- on a cluster, Ray's messages: what the cluster publishes as errors no longer reaches the driver's
+  stdout (a node lost becomes one line of ours on stderr), and the lines Ray's C++ client writes to
+  file descriptor 2 in its own format (a task whose node was lost, a GCS gone) go to the session's
+  log folder; both are put back on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ray_setup.head_watch import HeadWatch
+from ray_setup.installed import import_ray
+from ray_setup.joining import cluster_refusal, prepare_to_join
+from ray_setup.loopback import LOCAL_ONLY_VARIABLE
+from ray_setup.private import start_private_ray, stop_ray
+from ray_setup.ray_internals import driver_logs_dir, internals_refusal, route_published_errors
+
+
+def connection_refusal(address: str | None, option: str = "--ray-address") -> str | None:
+    """Why a driver could not connect to the cluster at `address` (ray_setup/joining.py), or to a
+    private Ray (`address` None: this Ray lacks what ray_setup/ray_internals.py uses), as one line;
+    None if it can. Imports Ray, with the loopback switch set first for a private Ray. Before
+    anything starts."""
+    if address is not None:
+        return cluster_refusal(address, option)
+    if "ray" not in sys.modules:
+        os.environ[LOCAL_ONLY_VARIABLE] = "0"
+    return internals_refusal()
+
+
+_NODE_DEAD = re.compile(r"node id: ([0-9a-f]+) and address: (\S+?)(?: and|\s|$)")
+
+
+class RayConnection:
+    """A driver's connection to the Ray cluster at `address`, or to a private Ray of `num_cpus`
+    logical CPUs started here (`address` None). `env`: variables every task gets (a private Ray's
+    workers inherit the driver's environment, a cluster's get them through the runtime env);
+    `runtime_env`: what else a cluster's tasks need (the code they run); `options` go to `ray.init`."""
+
+    def __init__(self, address: str | None, num_cpus: int = 1, env: dict[str, str] | None = None,
+                 runtime_env: dict[str, Any] | None = None, **options: Any) -> None:
+        self.address, self.num_cpus = address, num_cpus
+        self.env, self.runtime_env = dict(env or {}), dict(runtime_env or {})
+        self.options = {"log_to_driver": False, "logging_level": logging.WARNING, **options}
+        self.watch: HeadWatch | None = None
+        self.ray: Any = None
+        self._started = False  # ray.init was called (a failed start leaves processes to stop too)
+        self._undo: list[Callable[[], None]] = []  # Ray's patches, fd 2, the environment: put back last to first
+        self._nodes_said: set[str] = set()
+
+    def __enter__(self) -> RayConnection:
+        own_sigterm = signal.getsignal(signal.SIGTERM)
+        try:
+            self._connect()
+        except BaseException:  # a Ctrl-C while it starts, too: nothing is left connected
+            self.__exit__()
+            raise
+        finally:
+            if own_sigterm is not None:  # None: a handler not set from Python, nothing to put back
+                signal.signal(signal.SIGTERM, own_sigterm)
+        return self
+
+    def _connect(self) -> None:
+        if self.address is None:
+            saved = {name: os.environ.get(name) for name in self.env}
+            self._undo.append(lambda: _restore(saved))
+            os.environ.update(self.env)
+            self._started = True
+            self.ray = start_private_ray(self.num_cpus, **self.options)
+            return
+        prepare_to_join(self.address)
+        ray = import_ray()
+        if (refusal := internals_refusal()) is not None:
+            raise RuntimeError(refusal)
+        runtime_env = {**self.runtime_env, "env_vars": {**self.runtime_env.get("env_vars", {}), **self.env}}
+        self._started = True
+        ray.init(address=self.address, runtime_env=runtime_env, **self.options)
+        self.ray = ray
+        self._undo.append(route_published_errors(self._raylet_lines))
+        raylet = [(n["NodeManagerAddress"], int(n["NodeManagerPort"])) for n in ray.nodes()
+                  if n["Alive"] and "node:__internal_head__" in n["Resources"]][:1]
+        self.watch = HeadWatch(self.address, raylet).start()
+        self._undo.append(_client_logs_to(driver_logs_dir() / f"driver-{os.getpid()}-client.log"))
+
+    def __exit__(self, *exc: object) -> None:
+        self.ray = None
+        if self.watch is not None:
+            self.watch.stop()
+        if self._started:
+            self._started = False
+            stop_ray()  # before fd 2 is put back: what Ray's client says as it stops goes to its log too
+        while self._undo:
+            self._undo.pop()()
+
+    @property
+    def connected(self) -> bool:
+        return self.ray is not None
+
+    @property
+    def head_lost(self) -> bool:
+        """Whether the watch saw the cluster's head go (never, for a private Ray)."""
+        return self.watch is not None and self.watch.lost.is_set()
+
+    def lost_now(self) -> bool:
+        """Whether the head is gone, looked at now: for a driver whose tasks ended with Ray's errors
+        for a lost node, which can come before the watch's next look."""
+        return self.watch is not None and self.watch.refuses_now()
+
+    def fits(self, cpus: float) -> bool:
+        """Whether some live node has `cpus` CPUs (a private Ray has room for whatever it was started for)."""
+        return self.address is None or any(n["Alive"] and n["Resources"].get("CPU", 0) >= cpus for n in self.ray.nodes())
+
+    def _raylet_lines(self, lines: list[str]) -> None:
+        """What the cluster published as a raylet's error: one line of ours per node lost; nothing
+        once the head is lost (the driver's own line says so)."""
+        if self.head_lost:
+            return
+        for line in lines:
+            if (match := _NODE_DEAD.search(line)) and match[1] not in self._nodes_said:
+                self._nodes_said.add(match[1])
+                print(f"ray: node {match[1][:12]} ({match[2]}) was lost; what ran there is replaced on the other "
+                      "nodes (Ray's account is in that node's Ray logs)", file=sys.stderr, flush=True)
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+_CLIENT_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] ")
+_END = b"\0end of the driver's stderr\0\n"
+
+
+def _client_logs_to(path: Path) -> Callable[[], None]:
+    """From here on, file descriptor 2 is a pipe: the lines Ray's C++ client writes there in its own
+    format go to `path` (while it can be written), every other line to the real stderr. Returns what
+    puts fd 2 back, once every line written before has been passed on."""
+    sys.stderr.flush()
+    real, (read, write) = os.dup(2), os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+
+    def pump() -> None:
+        with os.fdopen(read, "rb") as lines:
+            for line in lines:
+                if line == _END:
+                    return
+                if _CLIENT_LOG_LINE.match(line):
+                    with contextlib.suppress(OSError), path.open("ab") as log:
+                        log.write(line)
+                else:
+                    os.write(real, line)
+
+    pumping = threading.Thread(target=pump, name="ray-client-log", daemon=True)
+    pumping.start()
+
+    def put_back() -> None:
+        sys.stderr.flush()
+        os.write(2, _END)
+        pumping.join(timeout=10)
+        os.dup2(real, 2)
+        os.close(real)
+    return put_back
