@@ -7,9 +7,11 @@ may import nothing else of ours; it is plain file handling, with nothing of a co
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -43,3 +45,8 @@ def fsync_folder(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """`data` as indented JSON, replacing `path` whole (a summary, a population's state)."""
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode())

@@ -180,7 +180,7 @@ class PPOConfig:
         return {k: v for k, v in self.to_dict().items() if v != defaults[k]}
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> PPOConfig:
+    def from_dict(cls, values: Mapping[str, Any]) -> PPOConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

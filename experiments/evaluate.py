@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import torch
 
     from game.atari import EpisodeStats
-    from ppo.checkpoint import ResumePoint
+    from ppo.resume_point import ResumePoint
 
 # The learner (torch) and the run folders' readers are imported by the functions that use them,
 # once the command line is accepted: --help and a refused option answer without loading torch.
@@ -190,8 +190,9 @@ def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) ->
 
 def read_checked(path: Path) -> ResumePoint:
     """The checkpoint at `path`, checked whole as a resume checks it, and refused in the very line
-    a resume of it prints (ppo.checkpoint.read_resume_point)."""
-    from ppo.checkpoint import CheckpointError, read_resume_point
+    a resume of it prints (ppo.resume_point.read_resume_point)."""
+    from ppo.checkpoint import CheckpointError
+    from ppo.resume_point import read_resume_point
 
     try:
         return read_resume_point([path])

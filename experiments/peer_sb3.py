@@ -51,7 +51,7 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecFrameStack
 
-    from ppo.checkpoint import write_json
+    from configs.files import write_json
     from ppo.devices import machine_fingerprint
 
     gym.register_envs(ale_py)

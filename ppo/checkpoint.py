@@ -1,15 +1,16 @@
 """Checkpoints: what a run needs to go on exactly where it stopped, as one typed `Checkpoint`, and
 the file that holds it, written atomically (a crash or a full disk mid-write leaves the previous file
 whole, because the new one only replaces it once it is completely on disk). The file holds the
-checkpoint's fields as a plain dict (`Checkpoint.stored`), the only form `load_checkpoint` accepts.
-`check_fits` is the one answer to "can this checkpoint's model be this model?". A resume goes on from
-a `ResumePoint` (`read_resume_point`), told what a new grouping of its games changes (`regrouping_notes`)."""
+checkpoint's fields as a plain dict (`Checkpoint.stored`), the only form `load_checkpoint` accepts,
+and `from_stored` checks its shape and every tensor's layout before anything is copied. What its
+contents mean (does the model fit the game, can its random states be restored, which records can be
+kept) is checked by `ppo.resume_point.read_resume_point`."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
-import json
 import pickle
 import re
 import warnings
@@ -19,29 +20,8 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 import torch
-from torch import nn
 
-from configs.fields import ConfigError
 from configs.files import atomic_write
-from configs.launch import grouped_for_cores
-from configs.machine import usable_cores
-from configs.ppo import PPOConfig
-from game.atari import action_meanings, is_known_game, relaunch_refusal
-from game.states import states_problem
-from ppo.checkpoint_checks import (
-    CheckpointError,
-    check_fits,
-    check_layouts,
-    check_random_states,
-    checked_live_values,
-    checked_machine_choices,
-    checked_machines,
-    sampled_on,
-    saved_n_actions,
-)
-from ppo.rollout import acting_groups
-
-__all__ = ["CheckpointError", "check_fits", "saved_n_actions"]  # also asked of a checkpoint apart (ppo/evaluation/load.py)
 
 # The layout of the fields below. 1: the files written before the version was recorded, the same
 # fields save `version`, with `n_actions` and `sample_generator_device` possibly absent (told by the
@@ -49,27 +29,32 @@ __all__ = ["CheckpointError", "check_fits", "saved_n_actions"]  # also asked of 
 CHECKPOINT_VERSION = 2
 
 
+class CheckpointError(RuntimeError):
+    pass
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """The learner's state after a completed update (`Trainer.state_dict`), and the run's own
-    records of it. Checked for its shape when read (`from_stored`); whether its model fits a game
-    (`check_fits`) and its random states can be restored (`check_random_states`) is asked apart,
-    by whoever is about to use them."""
+    records of it. Checked for its shape when read (`from_stored`); whether its model fits a game and
+    its random states can be restored is asked apart (ppo/resume_point.py), by whoever is about to
+    use them. A trainer's checkpoint holds dicts and lists; a resume point's, read-only mappings,
+    tuples and read-only tensors (`ppo.resume_point.frozen`)."""
 
-    config: dict[str, Any]  # the run's PPOConfig.to_dict()
-    model: dict[str, torch.Tensor]  # the actor-critic's parameters
-    optimizer: dict[str, Any]  # Adam's state_dict
+    config: Mapping[str, Any]  # the run's PPOConfig.to_dict()
+    model: Mapping[str, torch.Tensor]  # the actor-critic's parameters
+    optimizer: Mapping[str, Any]  # Adam's state_dict
     n_actions: int
     update: int  # updates completed
     env_steps: int  # agent steps taken, over all envs
     games: int  # full games finished
-    scores: list[float]  # the last score_window games' full-game scores, oldest first
-    lengths: list[int]  # their lengths in agent steps
-    live_values: dict[str, Any]  # the live hyperparameters' bases, as the run last accepted them
+    scores: Sequence[float]  # the last score_window games' full-game scores, oldest first
+    lengths: Sequence[int]  # their lengths in agent steps
+    live_values: Mapping[str, Any]  # the live hyperparameters' bases, as the run last accepted them
     sample_generator: Any  # the action-sampling torch.Generator's state (uint8 tensor)
     sample_generator_device: str | None  # the kind of device that drew it; None: told by its size
     shuffle_rng: Any  # numpy's PCG64 state, the minibatch shuffle
-    env_states: list[dict[str, Any]] | None = None  # each game's emulator state; None: the games start afresh
+    env_states: Sequence[Mapping[str, Any]] | None = None  # each game's emulator state; None: the games start afresh
     worker_restarts: int = 0  # workers replaced over the whole run (the next replacement's seeds follow on)
     nonfinite_skipped: int = 0  # minibatches skipped for a NaN/inf loss
     machines: Any = None  # the machines that trained the run (checked on resume); None: not recorded
@@ -110,37 +95,45 @@ class Checkpoint:
         fields["version"] = CHECKPOINT_VERSION
         return cls(**fields)
 
-    def check_fits(self, n_actions: int, frame_stack: int, game: str = "this game", into: nn.Module | None = None) -> None:
-        """`check_fits` for this checkpoint."""
-        check_fits(self.stored(), n_actions, frame_stack, game, into)
 
-    @property
-    def sampled_on(self) -> str:
-        """`sampled_on` for this checkpoint."""
-        return sampled_on(self.stored())
+def check_layouts(stored: Mapping[str, Any], source: str) -> None:
+    """Refuse (`CheckpointError`) a checkpoint holding a tensor that does not own its elements: one
+    whose strides make elements share a place in its storage (a stride-0 tensor of 10⁶×10⁶ elements
+    is 4 bytes on disk and 4 TB once anything computes on it) or reach past it. Every tensor this
+    project saves is dense: its strides a permutation of a contiguous layout (channels-last too).
+    Only sizes and strides are read: nothing is copied or computed."""
+    def walk(value: Any, where: str) -> None:
+        if torch.is_tensor(value):
+            dims = sorted((s, n) for s, n in zip(value.stride(), value.shape, strict=True) if n != 1)
+            dense = 1
+            for stride, size in dims:
+                if stride != dense:
+                    break
+                dense *= size
+            else:
+                if (value.storage_offset() + value.numel()) * value.element_size() <= value.untyped_storage().nbytes():
+                    return
+            raise CheckpointError(f"{source}'s {where} is a tensor of shape {tuple(value.shape)} with strides "
+                                  f"{tuple(value.stride())} over {value.untyped_storage().nbytes():,} bytes: expected "
+                                  "one whose every element has a place of its own (nothing in it was used)")
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(item, f"{where}[{key!r}]")
+        elif isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                walk(item, f"{where}[{index}]")
+    for name, value in stored.items():
+        walk(value, name)
 
-    def check_random_states(self) -> None:
-        """`check_random_states` for this checkpoint."""
-        check_random_states(self.stored())
 
+def saved_n_actions(checkpoint: Mapping[str, Any]) -> int:
+    """The action count of a checkpoint's policy: recorded by `Trainer.state_dict`, else (older
+    checkpoints) read off the policy head."""
+    n_actions = checkpoint.get("n_actions")
+    if n_actions is None:
+        n_actions = checkpoint["model"]["policy.bias"].shape[0]
+    return int(n_actions)
 
-# What "the learner" is: the network, Adam's state and the schedule position (updates and agent
-# steps, which set the annealing). Everything else of a checkpoint is the run's own: its games and
-# their records, its seeds and random streams, its live values, its machines and counters.
-LEARNER_FIELDS = ("model", "optimizer", "update", "env_steps")
-
-
-def with_learner_of(own: Checkpoint, donor: Checkpoint) -> Checkpoint:
-    """`own` with `donor`'s learner (`LEARNER_FIELDS`) in place of its own: what population-based
-    training's exploit copies. The result keeps `own`'s games (emulator states, counts, scores),
-    seeds, random streams, live values and config, so the run it resumes plays its own games on.
-    `CheckpointError` when the donor's model is not a model of `own`'s shape (actions, frames).
-    Neither argument is changed; the result shares their tensors, as `stored` does."""
-    frames = own.config.get("frame_stack")
-    if not _is_int(frames):
-        raise CheckpointError(f"the checkpoint's config has frame_stack {frames!r}; expected an integer")
-    donor.check_fits(own.n_actions, frames, "the checkpoint it is copied into")
-    return dataclasses.replace(own, **{name: getattr(donor, name) for name in LEARNER_FIELDS})
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
@@ -148,12 +141,27 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 
 def save_checkpoint(path: Path, state: Checkpoint | dict[str, Any]) -> None:
+    stored = state.stored() if isinstance(state, Checkpoint) else state
+    if (kind := _not_plain(stored)) is not None:  # a resume point's read-only dict would be refused on load
+        raise TypeError(f"a checkpoint holds plain dicts only, not a {kind}: thaw what a resume point gave (ppo/resume_point.py)")
     buffer = io.BytesIO()
-    torch.save(state.stored() if isinstance(state, Checkpoint) else state, buffer)
+    torch.save(stored, buffer)
     try:
         atomic_write(path, buffer.getvalue())
     except OSError as e:
         raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}; the previous checkpoint is intact") from e
+
+
+def _not_plain(value: Any) -> str | None:
+    """The name of the first mapping in `value` that is not a plain dict or OrderedDict (a module's
+    state_dict): weights-only loading takes no other."""
+    if isinstance(value, Mapping):
+        if type(value) not in (dict, collections.OrderedDict):
+            return type(value).__name__
+        return next((kind for item in value.values() if (kind := _not_plain(item)) is not None), None)
+    if isinstance(value, list | tuple):
+        return next((kind for item in value if (kind := _not_plain(item)) is not None), None)
+    return None
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -201,91 +209,3 @@ def _refusal(message: str) -> str:
         if reason:
             return reason
     return "an object that is not plain data"
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """A checkpoint checked whole (`read_resume_point`), what a resume goes on from and what an
-    evaluation plays: frozen, and its tensors are never stepped in place (the trainer copies them in)."""
-
-    checkpoint: Checkpoint  # its live values, machines and machine choices as far as they can be kept
-    config: PPOConfig  # the run's own config, as the checkpoint holds it
-    path: Path  # the file it was read from
-    notes: tuple[str, ...] = ()  # what was skipped or dropped on the way, to tell the user
-
-
-def read_resume_point(paths: Sequence[Path]) -> ResumePoint:
-    """The one call that checks everything a checkpoint holds: its version and fields, every
-    tensor's layout (before any copy), its config, finite parameters of the model of its game's
-    actions and frames, its random states and its games' states. `paths`: a run's kept checkpoints,
-    newest first, or a single file. A truncated or poisoned newest checkpoint does not lose the run:
-    the one before it is used, with a warning naming what was skipped.
-
-    Otherwise `CheckpointError`, whose one line (`refusal_of`) is what `--resume` and `evaluate` both
-    print for the same file: the newest one's error when none loads."""
-    refused: list[str] = []
-    for path in paths:
-        if refused and not path.exists():
-            continue
-        try:
-            checkpoint = Checkpoint.from_stored(load_checkpoint(path))
-            if not all(bool(torch.isfinite(t).all()) for t in checkpoint.model.values() if t.is_floating_point()):
-                raise CheckpointError("the checkpoint holds NaN/inf parameters")
-        except CheckpointError as e:
-            refused.append(refusal_of(path, e))
-            continue
-        notes = [f"warning: {refused[0]}; resuming from the one before it, {path.name} (update {checkpoint.update})"] if refused else []
-        try:
-            try:
-                config = PPOConfig.from_dict(checkpoint.config)
-            except (ConfigError, TypeError) as e:
-                raise CheckpointError(f"the checkpoint holds a config of another version ({e})") from None
-            if not is_known_game(config.game):
-                raise CheckpointError(f"the checkpoint's config names {config.game!r}, not an ALE game")
-            if config.fire_on_reset and (refusal := relaunch_refusal(config.game, config.relaunch)):  # a resume cannot change it
-                raise CheckpointError(f"the checkpoint's config has relaunch {config.relaunch!r}: expected {refusal}")
-            checkpoint.check_fits(len(action_meanings(config.game)), config.frame_stack, config.game)
-            checkpoint.check_random_states()
-            if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, config.n_envs)):
-                raise CheckpointError(f"the checkpoint's {problem}; nothing was started")
-        except CheckpointError as e:
-            raise CheckpointError(refusal_of(path, e)) from None
-        checked = dataclasses.replace(checkpoint, live_values=checked_live_values(checkpoint.live_values, notes),
-                                      machines=checked_machines(checkpoint.machines, notes),
-                                      machine_choices=checked_machine_choices(checkpoint.machine_choices, notes))
-        return ResumePoint(checked, config, path, tuple(notes))
-    raise CheckpointError(refused[0])
-
-
-def refusal_of(path: Path, error: CheckpointError) -> str:
-    """The one line that refuses the checkpoint file `path`, shaped as every refusal of bad input is
-    (configs/refusals.py): the file, what is accepted, and what is wrong with it."""
-    return f"{path}: expected a checkpoint written by python -m experiments.breakout ({error})"
-
-
-def regrouping_notes(saved: PPOConfig, config: PPOConfig) -> list[str]:
-    """A resume keeps its run's grouping unless told (it may be a choice: two processes a run, so
-    that eight runs share a machine), and says what a regrouping changes, or suggests one where
-    this machine's cores would group the games otherwise (`grouped_for_cores`, as for a new run):
-    whether the network acts for the same games at once, so the run goes on bit for bit."""
-    def same_batches(a: PPOConfig, b: PPOConfig) -> bool:
-        return [envs for _, envs in acting_groups(a)] == [envs for _, envs in acting_groups(b)]
-    effect = {True: "the network acts for them in the same batches, so nothing learned changes",
-              False: "the network acts for them in other batches, so from here the run is not bit for bit the one "
-                     "it would have been (a batch's size changes the last bits of its logits)"}
-    suggestion = {True: "nothing learned would change", False: "the network would act for them in other batches, "
-                                                               "so the run would not go on bit for bit"}
-    if (config.n_workers, config.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
-        return [f"note: the run's {saved.n_envs} games ran as {saved.n_workers} × {saved.envs_per_worker} and go on as "
-                f"{config.n_workers} × {config.envs_per_worker}; {effect[same_batches(saved, config)]}"]
-    cores = usable_cores()
-    suited = grouped_for_cores(saved, cores)
-    if config.backend == "local" and (suited.n_workers, suited.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
-        return [f"note: the run's {saved.n_envs} games go on as {saved.n_workers} × {saved.envs_per_worker}, as they ran; for "
-                f"this machine's {cores} usable cores, --n-workers {suited.n_workers} would group them {suited.n_workers} × "
-                f"{suited.envs_per_worker} ({suggestion[same_batches(saved, suited)]})"]
-    return []
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode())

@@ -4,6 +4,7 @@ last `score_window` scores and lengths that the reported means are taken over.""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -43,7 +44,7 @@ class GameRecords:
     def score_mean(self) -> float | None:
         return float(np.mean(self.scores)) if self.scores else None
 
-    def restore(self, games: int, scores: list[float], lengths: list[int], after_update: int | None = None) -> None:
+    def restore(self, games: int, scores: Sequence[float], lengths: Sequence[int], after_update: int | None = None) -> None:
         """The counts and windows as a checkpoint saved them; with `after_update`, the rows not yet
         taken of games that ended later are dropped too (an update abandoned midway)."""
         self.games = games

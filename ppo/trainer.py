@@ -27,6 +27,7 @@ from ppo.memory import keep_freed_memory
 from ppo.model import ActorCritic, sample_actions
 from ppo.precision import arithmetic_at
 from ppo.records import GameRecord, GameRecords
+from ppo.resume_point import check_fits, sampled_on, thawed
 from ppo.rollout import Batch, Rollout, acting_groups
 from ppo.schedule import IterationSettings, annealed, check_settings
 from ppo.seeding import Seeds, resumed_sampling_seed
@@ -299,20 +300,19 @@ class Trainer:
         )
 
     def load_state_dict(self, state: Checkpoint) -> None:
-        """Restore a checkpoint; `CheckpointError` if it belongs to another game or model. The trainer
-        takes the checkpoint's tensors over as copies: the parameters are copied into the model, and
-        Adam's moments (which `load_state_dict` would keep as they are, then step in place) are
-        cloned, so the checkpoint a plan holds stays what was read."""
-        state.check_fits(self.pool.n_actions, self.config.frame_stack, self.config.game, into=self.model)
-        self.optimizer.load_state_dict(copy.deepcopy(state.optimizer))
+        """Restore a checkpoint (a resume point's, read-only); `CheckpointError` if it belongs to another
+        game or model. The parameters are copied into the model; Adam's moments, which the optimizer
+        keeps as given and steps in place, become the trainer's own (`thawed`)."""
+        check_fits(state, self.pool.n_actions, self.config.frame_stack, self.config.game, into=self.model)
+        self.optimizer.load_state_dict(thawed(state.optimizer))
         self.update = state.update
         self.env_steps = state.env_steps
         self.records.restore(state.games, state.scores, state.lengths)
-        saved_on = state.sampled_on
+        saved_on = sampled_on(state)
         if saved_on == self.device.type:
             self.sample_generator.set_state(state.sample_generator)
         else:
-            # A CPU and a CUDA generator share no state (ppo/checkpoint.py), and the run could not go
+            # A CPU and a CUDA generator share no state (ppo/resume_point.py), and the run could not go
             # on bit for bit anyway: the other device's kernels round differently. So this device
             # draws from a new stream, seeded by the run's seed and the update: a resume made twice
             # from one checkpoint still makes one run.
@@ -323,7 +323,7 @@ class Trainer:
         self.shuffle_rng.bit_generator.state = state.shuffle_rng
         self.pool.restarts = state.worker_restarts  # the next replacement's seeds follow on
         self.nonfinite_skipped = state.nonfinite_skipped
-        env_states = state.env_states
+        env_states = thawed(state.env_states)  # plain dicts and lists: the workers import nothing of ours
         if env_states is not None:
             # A replacement worker takes the saved emulator states as well: the resume stays exact.
             self.pool.with_restarts(lambda: self.pool.set_state(env_states), tick=self.update)

@@ -15,11 +15,12 @@ import torch
 
 from configs.ppo import ConfigError, PPOConfig, device_name
 from game.atari import Game, GameSpec
-from ppo.checkpoint import CheckpointError, check_fits
+from ppo.checkpoint import CheckpointError
 from ppo.devices import resolve_device
 from ppo.evaluation import model_from_checkpoint, play, play_games, record_training_video
 from ppo.evaluation.film import VideoRecorder
 from ppo.model import ActorCritic
+from ppo.resume_point import check_fits
 from tests.film_checks import assert_browser_playable, read_film
 
 # -- play_games ---------------------------------------------------------------------------------

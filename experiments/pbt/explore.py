@@ -1,6 +1,6 @@
 """Exploit and explore: what a member takes from a better one, and how its values are perturbed.
 
-Exploit rewrites the member's own newest checkpoint with ppo/checkpoint.py's `with_learner_of`:
+Exploit rewrites the member's own newest checkpoint with ppo/resume_point.py's `with_learner_of`:
 the donor's network weights, Adam state and schedule position (update and agent steps, which set
 the annealing) replace its own; its games (emulator states, seeds, the games.csv rows they
 counted), its random streams and its live values stay its own. The donor's live values,
@@ -64,7 +64,8 @@ def exploit(member_dir: Path, donor_dir: Path, names: list[str], rng: np.random.
     in every population made by the same command; the queued copy is what the member's page and a
     person see, and it changes nothing when it lands."""
     from experiments.run.folders import checkpoint_path, rotate_in  # torch: not for --help (experiments/pbt/cli.py)
-    from ppo.checkpoint import read_checkpoint, save_checkpoint, with_learner_of
+    from ppo.checkpoint import read_checkpoint, save_checkpoint
+    from ppo.resume_point import with_learner_of
 
     own = read_checkpoint(checkpoint_path(member_dir))
     donor = read_checkpoint(checkpoint_path(donor_dir))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from configs.files import write_json
 from configs.ppo import accepted_live_values
 from configs.urls import strip_userinfo
 from experiments.run.console import Console, shown
@@ -31,9 +32,10 @@ from experiments.run.report import cluster_lost_line, earlier_wall_time, next_co
 from experiments.run.stopping import BEFORE_TRAINING, WITHIN_UPDATE, GracefulStop
 from experiments.run.updates_csv import UpdatesCsv, read_updates
 from game.vector import ClusterLost, PoolError, WorkerKeepsFailing, game_specs, make_pool
-from ppo.checkpoint import Checkpoint, CheckpointError, save_checkpoint, write_json
+from ppo.checkpoint import Checkpoint, CheckpointError, save_checkpoint
 from ppo.devices import machine_fingerprint, precision_label, resolve_device
 from ppo.evaluation import record_training_video
+from ppo.resume_point import thawed
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
 from ray_setup.installed import ray_node_id
@@ -129,7 +131,7 @@ class TrainingRun:
             self.stop.plan = WITHIN_UPDATE
             # A seed is the same run only on one machine (machine_fingerprint): curves tell paired
             # seeds from independent draws by the machines that trained a run.
-            machines = list(resume.machines) if resume is not None else []
+            machines = thawed(resume.machines) if resume is not None else []  # this run's own, to add to
             if (machine := machine_fingerprint(device)) not in machines:
                 machines.append(machine)
             leg = Leg(trainer.update, trainer.env_steps, earlier_wall_time(self.run_dir / "summary.json") if resume else 0.0, machines)

@@ -1,11 +1,11 @@
 """A launch, planned before anything starts: the config, the checkpoint a resume goes on from, the
 run's folder, what this machine chose, and the notes to print. Made once, with no side effects
 (nothing deleted, nothing printed), and immutable all the way down (a frozen config, a frozen
-resume point whose tensors the trainer copies in); `TrainingRun` then acts on it. `plan_launch` is
+resume point, read-only by its types); `TrainingRun` then acts on it. `plan_launch` is
 the one way a run is planned: a training run, a resume, a sweep's trial and a population's member.
 
 The layers, in order: the defaults (or, on a resume, the run's own config and checkpoint, read once
-and checked whole by `ppo.checkpoint.read_resume_point`), then the command line, then this
+and checked whole by `ppo.resume_point.read_resume_point`), then the command line, then this
 machine's grouping of the games, merged and validated once (configs/launch.py); last, what the
 config cannot say about this machine (`check_can_start`). A resume reads each part of its folder
 once, in the order that keeps reading safe: the folder itself (`RunFolder.check`, before a byte of
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from configs.cli import game_check
 from configs.fields import ConfigError
-from configs.launch import launch_config
+from configs.launch import grouped_for_cores, launch_config
 from configs.machine import usable_cores
 from configs.ppo import PPOConfig
 from configs.urls import strip_userinfo
@@ -37,7 +37,7 @@ from game.atari import canonical_game, is_known_game, relaunch_refusal
 from ray_setup.installed import ray_version_problem
 
 if TYPE_CHECKING:
-    from ppo.checkpoint import ResumePoint
+    from ppo.resume_point import ResumePoint
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
     """The plan that goes on with the run in `folder` from the last good of its `checkpoints`, each
     part of the folder read once, in the order that keeps reading safe: the folder itself (`check`:
     before a byte of it is read) and its owner, its checkpoint, checked whole with the run's own
-    config (ppo.checkpoint.read_resume_point), the changes its command line may make to that config
+    config (ppo.resume_point.read_resume_point), the changes its command line may make to that config
     (configs/launch.py), then its records (`read_record`); `ConfigError` or `LaunchRefused` in one line otherwise."""
     try:
         owner = folder.check()
@@ -101,7 +101,8 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
         raise ConfigError("resume", folder.uuid, f"a run folder of plain files and folders ({e}; nothing was read or written)") from None
     if owner is not None and owner != os.getpid():
         raise ConfigError("resume", folder.uuid, f"a run that is not running (process {owner} is still running it)")
-    from ppo.checkpoint import CheckpointError, read_resume_point
+    from ppo.checkpoint import CheckpointError
+    from ppo.resume_point import read_resume_point
 
     try:
         point = read_resume_point(checkpoints)
@@ -137,7 +138,8 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
     # What the first leg's machine chose stays its choice while the resume keeps the grouping (the
     # dashboard's card says so, also to one that first hears of the run now); a regrouping is the user's.
     kept = (config.n_workers, config.envs_per_worker) == (saved.n_workers, saved.envs_per_worker)
-    notes += check_can_start(config, folder.path, saved)
+    check_can_start(config, folder.path, resumed=True)
+    notes += regrouping_notes(saved, config)
     if saved.dashboard is not None and config.dashboard is None:
         notes.append(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
                      "add --dashboard URL to send the resumed run to one")
@@ -145,22 +147,19 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
                       notes=tuple(notes), label=label)
 
 
-def check_can_start(config: PPOConfig, run_dir: Path | None = None, saved: PPOConfig | None = None) -> list[str]:
+def check_can_start(config: PPOConfig, run_dir: Path | None = None, resumed: bool = False) -> None:
     """What the config cannot say about this machine, checked before any process starts or any
     file is written: the device exists and has the precision asked for, a Ray backend's Ray is
     recent enough, and the run's folder can be created and written. `ConfigError` (one line naming
-    the option) otherwise. For a resume of a run whose config was `saved`, what this machine says
-    of its grouping (`ppo.checkpoint.regrouping_notes`), as notes."""
-    from ppo.checkpoint import regrouping_notes  # torch, once the options are accepted
-    from ppo.devices import resolve_compute
+    the option) otherwise."""
+    from ppo.devices import resolve_compute  # torch, once the options are accepted
 
-    notes = regrouping_notes(saved, config) if saved is not None else []
     resolve_compute(config.device, config.precision)  # a missing GPU; bf16 where the hardware has none
     if config.backend == "ray" and (problem := ray_version_problem()) is not None:
         raise ConfigError("backend", config.backend, problem)  # one that cannot keep a private Ray private
     # A game without RIGHT, refused here rather than in every worker; a resume's game and relaunch are
-    # its run's own, checked with its checkpoint (ppo.checkpoint.read_resume_point).
-    if saved is None and config.fire_on_reset and (refusal := relaunch_refusal(config.game, config.relaunch)):
+    # its run's own, checked with its checkpoint (ppo.resume_point.read_resume_point).
+    if not resumed and config.fire_on_reset and (refusal := relaunch_refusal(config.game, config.relaunch)):
         raise ConfigError("relaunch", config.relaunch, refusal)
     data_dir = config.data_dir
     targets = [Path(data_dir) / config.name] + ([run_dir, run_dir / "checkpoints"] if run_dir is not None else [])
@@ -174,4 +173,29 @@ def check_can_start(config: PPOConfig, run_dir: Path | None = None, saved: PPOCo
             os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=existing))
         except OSError as e:
             raise ConfigError("data_dir", data_dir, f"a folder this user can write to ({existing}: {e.strerror})") from None
-    return notes
+
+
+def regrouping_notes(saved: PPOConfig, config: PPOConfig) -> list[str]:
+    """A resume keeps its run's grouping unless told (it may be a choice: two processes a run, so
+    that eight runs share a machine), and says what a regrouping changes, or suggests one where
+    this machine's cores would group the games otherwise (`grouped_for_cores`, as for a new run):
+    whether the network acts for the same games at once, so the run goes on bit for bit."""
+    from ppo.rollout import acting_groups  # torch: a resume has loaded it already
+
+    def same_batches(a: PPOConfig, b: PPOConfig) -> bool:
+        return [envs for _, envs in acting_groups(a)] == [envs for _, envs in acting_groups(b)]
+    effect = {True: "the network acts for them in the same batches, so nothing learned changes",
+              False: "the network acts for them in other batches, so from here the run is not bit for bit the one "
+                     "it would have been (a batch's size changes the last bits of its logits)"}
+    suggestion = {True: "nothing learned would change", False: "the network would act for them in other batches, "
+                                                               "so the run would not go on bit for bit"}
+    if (config.n_workers, config.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
+        return [f"note: the run's {saved.n_envs} games ran as {saved.n_workers} × {saved.envs_per_worker} and go on as "
+                f"{config.n_workers} × {config.envs_per_worker}; {effect[same_batches(saved, config)]}"]
+    cores = usable_cores()
+    suited = grouped_for_cores(saved, cores)
+    if config.backend == "local" and (suited.n_workers, suited.envs_per_worker) != (saved.n_workers, saved.envs_per_worker):
+        return [f"note: the run's {saved.n_envs} games go on as {saved.n_workers} × {saved.envs_per_worker}, as they ran; for "
+                f"this machine's {cores} usable cores, --n-workers {suited.n_workers} would group them {suited.n_workers} × "
+                f"{suited.envs_per_worker} ({suggestion[same_batches(saved, suited)]})"]
+    return []

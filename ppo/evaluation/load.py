@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 
-from ppo.checkpoint import check_fits, saved_n_actions
+from ppo.checkpoint import saved_n_actions
 from ppo.model import ActorCritic
+from ppo.resume_point import check_fits
 
 
 def model_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str = "cpu") -> ActorCritic:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ StepCallback = Callable[[int, int, StepResult], None]  # (game index, action, st
 GameCallback = Callable[[int, EpisodeStats], None]  # (game index, the finished game)
 
 
-def evaluation_spec(config: dict[str, Any], seed: int) -> GameSpec:
+def evaluation_spec(config: Mapping[str, Any], seed: int) -> GameSpec:
     """The `GameSpec` of a run's own game settings (checkpoint["config"]), for whole-game scoring.
 
     Every `GameSpec` field that the config names is taken from it (game, frame skip and stack,
