@@ -42,6 +42,7 @@ from configs.fields import MAX_ENV_STEPS, MAX_SEED
 from configs.machine import usable_cores
 from configs.refusals import fail
 from configs.terminal import escaped
+from experiments.run.folders import GAMES, SUMMARY
 from experiments.run.games_csv import GameRow, read_games
 from experiments.seed_runs import print_comparison, seed_run, train_seeds
 from experiments.seed_stats import compare
@@ -105,7 +106,7 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     """A run's summary.json, or {} where there is none (a run still going, a crashed one) or it is
     not a JSON object: the one place curves reads it, for its span and its machines."""
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = json.loads((run_dir / SUMMARY).read_text())
     except (OSError, ValueError):
         return {}
     return summary if isinstance(summary, dict) else {}
@@ -224,14 +225,14 @@ def parse_runs(specs: Sequence[str]) -> dict[str, list[Path]]:
         label, sep, pattern = spec.partition("=")
         if not sep or not label or not pattern:
             fail(f"--runs {spec}: expected LABEL=DIR (a run folder, or a glob of them, each holding games.csv)")
-        matches = sorted({Path(p).parent for p in glob.glob(os.path.join(pattern, "**", "games.csv"), recursive=True)})
+        matches = sorted({Path(p).parent for p in glob.glob(os.path.join(pattern, "**", GAMES), recursive=True)})
         # A PBT population's folder (python -m experiments.pbt) stands for its members' runs, which sit beside it.
         for population in glob.glob(os.path.join(pattern, "population.json")):
             try:
                 members = [str(m["run_uuid"]) for m in json.loads(Path(population).read_text())["members"]]
             except (OSError, ValueError, KeyError, TypeError) as e:  # named, never quoted: see read_all_games
                 fail(f"--runs {spec}: {population}: not a population's record ({type(e).__name__})")
-            matches += [run for m in members if (run := Path(population).parent.parent / m).joinpath("games.csv").is_file()]
+            matches += [run for m in members if (run := Path(population).parent.parent / m).joinpath(GAMES).is_file()]
         if not matches:
             fail(f"--runs {spec}: expected run folders holding games.csv; none found under {pattern}")
         groups.setdefault(label, []).extend(matches)
@@ -245,7 +246,7 @@ def read_all_games(groups: Mapping[str, Sequence[Path]], specs: Sequence[str]) -
     for label, dirs in groups.items():
         where = next((f"--runs {spec}: " for spec in specs if spec.partition("=")[0] == label), "")
         for run_dir in dirs:
-            path = run_dir / "games.csv"
+            path = run_dir / GAMES
             try:
                 games[run_dir] = read_games(path)
             except OSError as e:

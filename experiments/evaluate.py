@@ -161,7 +161,7 @@ def is_a_file(path: Path) -> bool:
 def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) -> Located:
     """The checkpoint named by --run (a run's uuid or its first 8 or more digits) and/or
     --checkpoint, and its run's folder; exits on bad input, before torch is loaded."""
-    from experiments.run.folders import RunFolder, checkpoint_path
+    from experiments.run.folders import RunFolder
 
     if run is None and checkpoint is None:
         fail("--run: expected the uuid of a trained run (or give --checkpoint PATH)")
@@ -182,7 +182,7 @@ def locate_checkpoint(run: str | None, checkpoint: str | None, data_dir: str) ->
             bad_value("--checkpoint", checkpoint, f"a readable checkpoint written by python -m experiments.breakout (no checkpoint at {path})")
         return Located(path, "--checkpoint", checkpoint, folder.path if folder is not None else run_folder_of(path))
     assert folder is not None and run is not None
-    path = checkpoint_path(folder.path)
+    path = folder.newest_checkpoint
     if not path.exists():
         bad_value("--run", run, f"a readable checkpoint written by python -m experiments.breakout (no checkpoint at {path})")
     return Located(path, "--run", run, folder.path)

@@ -23,6 +23,7 @@ from typing import Any
 from configs.cli import OneLineParser, docstring_help, int_in
 from configs.fields import MAX_ENV_STEPS
 from configs.refusals import fail
+from experiments.run.folders import GAMES, SUMMARY
 from experiments.run.games_csv import GamesCsv
 from experiments.run.stopping import GracefulStop
 
@@ -87,7 +88,7 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     def write_summary(status: str) -> None:
         # Written first as `running`, so a run that never ends (killed, its machine lost) still names
         # its machine: SB3 too repeats a seed on one machine only.
-        write_json(run_dir / "summary.json", {"seed": seed, "status": status, "env_steps": model.num_timesteps,
+        write_json(run_dir / SUMMARY, {"seed": seed, "status": status, "env_steps": model.num_timesteps,
                                               "total_env_steps": total_env_steps, "machines": [machine_fingerprint(model.device)]})
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -96,7 +97,7 @@ def train(seed: int, total_env_steps: int, stop_after: int, run_dir: Path) -> in
     # 128 + the signal, which `curves` reads as a stop, not a fault. (SB3 cannot resume a run.)
     with GracefulStop() as stop:
         write_summary("running")  # once a signal can no longer end the run without a summary
-        with GamesCsv(run_dir / "games.csv", keep=0) as games:
+        with GamesCsv(run_dir / GAMES, keep=0) as games:
             try:
                 model.learn(total_timesteps=total_env_steps, callback=RecordGames(games, stop))
             except KeyboardInterrupt:  # the second signal

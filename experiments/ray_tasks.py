@@ -55,8 +55,8 @@ def run_member(overrides: dict[str, Any], run_uuid: str, label: str) -> dict[str
     of its previous segment may still be exiting after it returned; the run is resumed once that
     process has let go of it (its folder's lock names no live process), within 120 s."""
     check_data_dir_seen(overrides["data_dir"])  # first: a node that cannot see it refuses, having written nothing
-    from experiments.run.folder_checks import UnsafeRunFolder
     from experiments.run.folders import RunFolder
+    from experiments.run.safe_files import UnsafeRunFolder
 
     folder = RunFolder.named(Path(overrides["data_dir"]), run_uuid, "run_uuid")
     deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from configs.machine import shared_cores_environment, usable_cores
 from configs.refusals import fail
+from experiments.run.folders import GAMES
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _error_line(log: Path) -> str:
 
 
 def _run_folder(run: SeedRun) -> Path:
-    games = sorted(run.out.rglob("games.csv"))
+    games = sorted(run.out.rglob(GAMES))
     if not games:
         fail(f"{run.side} seed {run.seed} wrote no games.csv under {run.out}")
     return games[-1].parent

@@ -237,7 +237,7 @@ def test_a_populations_own_writes_never_follow_a_link_planted_while_it_runs(tmp_
     replaced, never written through)."""
     from experiments.pbt.lineage import append_rows, plot
     from experiments.pbt.state import Population
-    from experiments.run.folder_checks import UnsafeRunFolder
+    from experiments.run.safe_files import UnsafeRunFolder
 
     folder = tmp_path / "pbt"
     folder.mkdir()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from experiments.evaluate import main as evaluate_main
-from experiments.run.folder_checks import DEAD_WRITERS_FILES, remove_dead_writers_files
-from experiments.run.folders import checkpoint_path, checkpoint_paths, rotate_in
+from experiments.run.folders import RunFolder
+from experiments.run.safe_files import DEAD_WRITERS_FILES, remove_dead_writers_files
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests import forked_run
 from tests.conftest import REPO, refused_in_process
@@ -190,10 +190,10 @@ def test_a_kill_9_mid_checkpoint_leaves_a_temp_file_the_resume_removes(cli, tmp_
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert cli.leftovers() == []  # the workers saw their trainer go
     (run_dir,) = data_dir.glob("breakout/*")
-    checkpoints = checkpoint_path(run_dir).parent
+    checkpoints = RunFolder.at(run_dir).newest_checkpoint.parent
     (left,) = [p for p in checkpoints.iterdir() if p.name.startswith("..checkpoint.pt.next.")]
     assert DEAD_WRITERS_FILES.fullmatch(left.name) and left.stat().st_size > 100_000
-    assert load_checkpoint(checkpoint_path(run_dir))["update"] == 1
+    assert load_checkpoint(RunFolder.at(run_dir).newest_checkpoint)["update"] == 1
     keep = [checkpoints / "notes.tmp", checkpoints / ".checkpoint.pt.next.tmp.mine", run_dir / "my.tmp"]
     for path in keep:
         path.write_text("not a writer's temp file\n")
@@ -217,7 +217,7 @@ def test_each_checkpoint_removes_a_dead_writers_temp_files_and_nothing_else(tmp_
     outside.write_text("kept\n")
     link = folder / "..checkpoint.pt.next.linklink.tmp"
     link.symlink_to(outside)
-    rotate_in(tmp_path, lambda path: path.write_bytes(b"new"))
+    RunFolder.at(tmp_path).rotate_in(lambda path: path.write_bytes(b"new"))
     assert sorted(p.name for p in folder.iterdir()) == sorted([p.name for p in kept] + ["checkpoint.pt"])
     assert outside.read_text() == "kept\n"  # the link was removed, not followed
     assert remove_dead_writers_files(tmp_path / "missing") == []
@@ -232,7 +232,7 @@ def test_a_refused_custom_class_checkpoint_never_suggests_the_unsafe_load(cli, t
     data_dir = tmp_path / "runs"
     summary = first_leg(cli, data_dir)
     real = load_checkpoint(Path(summary["checkpoint"]))
-    for path in checkpoint_paths(Path(summary["run_dir"])):
+    for path in RunFolder.at(Path(summary["run_dir"])).checkpoints:
         if path.exists():
             torch.save({**real, "extra": NotPlainData()}, path)
     for result in (_resume(cli, data_dir, summary["run_uuid"]),
@@ -281,7 +281,7 @@ def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(
 
     summary = first_leg(cli, tmp_path)
     noise = random.Random(39)
-    for path in checkpoint_paths(Path(summary["run_dir"])):
+    for path in RunFolder.at(Path(summary["run_dir"])).checkpoints:
         if path.exists():
             state = load_checkpoint(path)
             first = dict(state["env_states"][0])
@@ -291,7 +291,7 @@ def test_garbage_emulator_states_in_a_checkpoint_are_refused_in_one_line(
             save_checkpoint(path, {**state, "env_states": [first, *state["env_states"][1:]]})
     lines = (refused_resume(cli, tmp_path, summary) if garbage == "random bytes"
              else refused_resume_in_process(capsys, tmp_path, summary))
-    newest = checkpoint_path(Path(summary["run_dir"]))
+    newest = RunFolder.at(Path(summary["run_dir"])).newest_checkpoint
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"error: {newest}: expected a checkpoint written by python -m experiments.breakout (the checkpoint's env_states[0] "), lines
     assert lines[0].endswith("; nothing was started)"), lines
@@ -328,11 +328,11 @@ def test_a_stride_0_tensor_of_a_trillion_elements_is_refused_by_resume_and_evalu
     summary = first_leg(cli, data_dir)
     huge = torch.zeros(1).expand(10**6, 10**6)
     assert huge.untyped_storage().nbytes() == 4 and huge.stride() == (0, 0)
-    for path in checkpoint_paths(Path(summary["run_dir"])):
+    for path in RunFolder.at(Path(summary["run_dir"])).checkpoints:
         if path.exists():
             state = load_checkpoint(path)
             torch.save({**state, "model": {**state["model"], "policy.weight": huge}}, path)
-    newest = checkpoint_path(Path(summary["run_dir"]))
+    newest = RunFolder.at(Path(summary["run_dir"])).newest_checkpoint
     line = (f"error: {newest}: expected a checkpoint written by python -m experiments.breakout (the checkpoint's model['policy.weight'] is a tensor "
             "of shape (1000000, 1000000) with strides (0, 0) over 4 bytes: expected one whose every element has a place "
             "of its own (nothing in it was used))")

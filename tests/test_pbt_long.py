@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dashboard.client import DashboardError, get_hyperparams
-from experiments.run.folders import RunFolder, checkpoint_path
+from experiments.run.folders import RunFolder
 from ppo.checkpoint import read_checkpoint
 from ray_setup.installed import ray_installed
 from tests import forked_run
@@ -58,7 +58,7 @@ def tweaked_killed_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str
         wait_for(lambda: all(u.exists() and rows_of(u) for u in updates), process, "a first update of each member")
         # Member 1 killed first, so that its new process starts while member 0 is tweaked (the two
         # members' stories are apart: one's tweak, the other's kill); once it has a checkpoint to go on from.
-        wait_for(lambda: checkpoint_path(run_dirs[1]).exists(), process, "member 1's first checkpoint")
+        wait_for(lambda: RunFolder.at(run_dirs[1]).newest_checkpoint.exists(), process, "member 1's first checkpoint")
         killed = RunFolder(run_dirs[1], run_dirs[1].name).check()
         assert killed is not None
         last_before = int(rows_of(updates[1])[-1]["update"])

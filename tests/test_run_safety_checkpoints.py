@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from experiments.evaluate import main as evaluate_main
-from experiments.run.folders import checkpoint_paths
+from experiments.run.folders import RunFolder
 from ppo.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import Cli, refused_in_process
 from tests.run_safety_support import (
@@ -176,10 +176,10 @@ def test_a_crafted_checkpoint_is_refused_without_running_anything(cli, tmp_path:
     # The real checkpoint holds only tensors and plain values: emulator states are bytes.
     assert isinstance(real["env_states"][0]["ale"], bytes) and isinstance(real["env_states"][0]["observation"], bytes)
     for kind, data in crafted_checkpoints(proof, real).items():
-        for path in checkpoint_paths(run_dir):  # every kept one: no fallback to a good one
+        for path in RunFolder.at(run_dir).checkpoints:  # every kept one: no fallback to a good one
             path.write_bytes(data)
         resume = ["--resume", summary["run_uuid"], "--data-dir", str(tmp_path)]
-        evaluate = ["--checkpoint", str(checkpoint_paths(run_dir)[0]), "--games", "1"]
+        evaluate = ["--checkpoint", str(RunFolder.at(run_dir).checkpoints[0]), "--games", "1"]
         if kind == "torch.save":
             refusals = []
             for result in (cli.run("experiments.breakout", *resume), cli.run("experiments.evaluate", *evaluate)):
@@ -215,7 +215,7 @@ def test_a_checkpoint_whose_random_states_cannot_be_restored_is_refused_before_a
     restored used to end it there in a traceback. Each bad state is written into every kept checkpoint;
     the first is refused by the real command, the others by its main() in this process."""
     summary = first_leg(cli, tmp_path)
-    paths = [p for p in checkpoint_paths(Path(summary["run_dir"])) if p.exists()]
+    paths = [p for p in RunFolder.at(Path(summary["run_dir"])).checkpoints if p.exists()]
     good = {path: path.read_bytes() for path in paths}
     for index, (field, value, why) in enumerate(BAD_RANDOM_STATES):
         for path in paths:

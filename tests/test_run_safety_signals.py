@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from experiments.run.console import Console
-from experiments.run.folders import checkpoint_paths
+from experiments.run.folders import RunFolder
 from experiments.run.stopping import BEFORE_TRAINING, GracefulStop
 from ppo.checkpoint import load_checkpoint
 from tests import forked_run
@@ -63,7 +63,7 @@ def test_sigterm_mid_update_abandons_it_and_the_resume_stays_exact(cli, tmp_path
     # session and copied here (conftest.run_once).
     reference_dir = Path(run_once(cli, tmp_path / "straight", *args)["run_dir"])
     # The last three checkpoints are kept, newest first, and nothing else is left in the folder.
-    kept = checkpoint_paths(reference_dir)
+    kept = RunFolder.at(reference_dir).checkpoints
     assert sorted(p.name for p in kept[0].parent.iterdir()) == sorted(p.name for p in kept)
     assert [load_checkpoint(p)["update"] for p in kept] == [4, 3, 2]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import RunFolder
+from experiments.run.safe_files import UnsafeRunFolder
 from experiments.run.updates_csv import read_updates
 from experiments.sweep import main
 from experiments.sweep_rows import TrialRow, sorted_rows

@@ -37,10 +37,18 @@ from experiments.pbt.explore import DEFAULT_EXPLORED, changes_text, check_explor
 from experiments.pbt.legs import leg_changes, plan_resumed, this_leg
 from experiments.pbt.lineage import COLUMNS, append_rows, plot, read_rows
 from experiments.pbt.population import PrivateDashboard, run_segment
-from experiments.pbt.state import MAX_CPUS, MAX_POPULATION, MAX_RETRIES, STATE, Population, PopulationFileError
+from experiments.pbt.state import (
+    MAX_CPUS,
+    MAX_POPULATION,
+    MAX_RETRIES,
+    STATE,
+    Population,
+    PopulationFileError,
+    check_population_folder,
+)
 from experiments.ray_tasks import Ending, connection_for
-from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import RunFolder
+from experiments.run.safe_files import UnsafeRunFolder
 from experiments.run.stopping import signals_stop_as_ctrl_c
 from experiments.shared_data_dir import DataDirMark
 from game.atari import canonical_game, is_known_game
@@ -118,13 +126,11 @@ def plan_resume(args: argparse.Namespace, overrides: dict[str, Any], address: st
 def resumed(given: str) -> Population:
     """The population recorded in folder `given`, refused in one line before a byte is written
     (`PbtError`) where its folder or a member's run folder holds a symbolic link, a device, FIFO
-    or socket, or a file with a second hard link (experiments/run/folders.py), or where a
+    or socket, or a file with a second hard link (`check_population_folder`, `RunFolder.check`), or where a
     field of its population.json is missing or wrong (experiments/pbt/state.py)."""
     folder = Path(given)
     try:
-        # Walked as a run folder is, but nothing in a population folder is ours to have two names: any
-        # hard link is someone else's.
-        RunFolder(folder, folder.name).check(lambda path: "a population folder's files have one name each")
+        check_population_folder(folder)
     except UnsafeRunFolder as e:
         raise PbtError(f"--resume {given}: expected a population folder of plain files and folders ({e}; "
                        "nothing was read or written)") from None
@@ -135,7 +141,7 @@ def resumed(given: str) -> Population:
     for member in range(len(population.members)):
         if (run_dir := population.run_dir(member)) is not None:
             try:
-                RunFolder(run_dir, run_dir.name).check()  # each member's resume checks it again, as it starts
+                RunFolder.at(run_dir).check()  # each member's resume checks it again, as it starts
             except UnsafeRunFolder as e:
                 raise PbtError(f"--resume {given}: expected member {member}'s run folder of plain files and "
                                f"folders ({e}; nothing was read or written)") from None
@@ -145,8 +151,6 @@ def resumed(given: str) -> Population:
 def exploit_and_explore(population: Population, update: int, failures: dict[int, str | None]) -> list[dict[str, Any]]:
     """The bottom quarter (and any member that failed) copies a top-quarter member's learner and is
     sent that member's live values, perturbed, through the dashboard; one lineage row each."""
-    from experiments.run.folders import checkpoint_path
-
     n = len(population.members)
     scores = {m: population.summary(m).get("score_mean_100") for m in range(n)}
     order = sorted(range(n), key=lambda m: (failures.get(m) is not None, scores[m] is None, -(scores[m] or 0.0), m))
@@ -157,7 +161,7 @@ def exploit_and_explore(population: Population, update: int, failures: dict[int,
     for i, member in enumerate(losers):
         donor = top[i % quarter]
         run_dir, donor_dir = population.run_dir(member), population.run_dir(donor)
-        if run_dir is None or donor_dir is None or not checkpoint_path(run_dir).exists():
+        if run_dir is None or donor_dir is None or not RunFolder.at(run_dir).newest_checkpoint.exists():
             raise RuntimeError(f"member {member} has no checkpoint to copy member {donor}'s learner into "
                                f"({failures.get(member) or 'no run folder'})")
         changes = exploit(run_dir, donor_dir, population.explore, np.random.default_rng([population.members[member]["seed"], update]))

@@ -63,15 +63,16 @@ def exploit(member_dir: Path, donor_dir: Path, names: list[str], rng: np.random.
     keeps it). In the checkpoint they are in use from the member's first update after the exploit,
     in every population made by the same command; the queued copy is what the member's page and a
     person see, and it changes nothing when it lands."""
-    from experiments.run.folders import checkpoint_path, rotate_in  # torch: not for --help (experiments/pbt/cli.py)
+    from experiments.run.folders import RunFolder  # torch: not for --help (experiments/pbt/cli.py)
     from ppo.checkpoint import read_checkpoint, save_checkpoint
     from ppo.resume_point import with_learner_of
 
-    own = read_checkpoint(checkpoint_path(member_dir))
-    donor = read_checkpoint(checkpoint_path(donor_dir))
+    member, donor_folder = RunFolder.at(member_dir), RunFolder.at(donor_dir)
+    own = read_checkpoint(member.newest_checkpoint)
+    donor = read_checkpoint(donor_folder.newest_checkpoint)
     changes = perturbed({**donor.config, **donor.live_values}, names, rng)  # config: its starting values
     state = dataclasses.replace(with_learner_of(own, donor), live_values={**own.live_values, **changes})
-    rotate_in(member_dir, lambda path: save_checkpoint(path, state))
+    member.rotate_in(lambda path: save_checkpoint(path, state))
     return changes
 
 

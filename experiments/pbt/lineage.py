@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from configs.files import atomic_write
-from experiments.run.folder_checks import open_own_file
-from experiments.run.folders import publish
+from experiments.run.folders import RunFolder, publish
+from experiments.run.safe_files import open_own_file
 from experiments.run.updates_csv import read_updates
 
 COLUMNS = ("update", "member", "copied_from", "changes", "node_id", "donor_node_id")  # the Ray nodes their last segments ran on
@@ -47,7 +47,7 @@ def plot(path: Path, lineage: list[dict[str, str]], run_dirs: list[Path]) -> Non
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
     curves: dict[int, dict[int, float]] = {}
     for member, run_dir in enumerate(run_dirs):
-        updates_csv = run_dir / "updates.csv"
+        updates_csv = RunFolder.at(run_dir).updates_csv
         rows = read_updates(updates_csv) if updates_csv.exists() else []
         colour = f"C{member % 10}"
         xs = [int(r["update"] or 0) for r in rows]

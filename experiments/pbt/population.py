@@ -4,7 +4,7 @@ The population's folder holds `population.json` (the members, the settings, the 
 experiments/pbt/state.py), `lineage.csv`, `lineage.png` and, unless `--dashboard` names one,
 `dashboard/`: the data of the dashboard this command starts for the members' live channel, kept so
 that changes still queued there reach the members when the population is resumed. Every file of
-ours in it is written without following a link (`experiments.run.folder_checks.open_own_file`,
+ours in it is written without following a link (`experiments.run.safe_files.open_own_file`,
 or replaced whole by rename).
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 from configs.terminal import escaped
 from experiments.pbt.state import Population
 from experiments.ray_tasks import Scheduled, TaskEnd, remote_task, run_member, run_tasks
-from experiments.run.folder_checks import open_own_file
+from experiments.run.safe_files import open_own_file
 from ray_setup.connection import RayConnection
 
 REPO = Path(__file__).resolve().parents[2]

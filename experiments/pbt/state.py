@@ -28,6 +28,7 @@ from configs.launch import config_from_overrides
 from configs.ppo import ConfigError, PPOConfig, live_ranges, live_value_problem
 from experiments.pbt.explore import check_explored
 from experiments.run.folders import RunFolder, publish
+from experiments.run.safe_files import check_plain_folder
 from game.atari import is_known_game
 
 STATE = "population.json"
@@ -88,7 +89,7 @@ class Population:
     def summary(self, member: int) -> dict[str, Any]:
         run_dir = self.run_dir(member)
         try:
-            return dict(json.loads((run_dir / "summary.json").read_text())) if run_dir else {}
+            return dict(json.loads(RunFolder.at(run_dir).summary.read_text())) if run_dir else {}
         except (OSError, ValueError):
             return {}
 
@@ -253,3 +254,10 @@ def _check_unqueued(values: dict[str, Any]) -> None:
             too_large = isinstance(value, int) and abs(value) > 2**63  # past any range, and past a float
             if (problem := "a number in its range" if too_large else live_value_problem(name, value)) is not None:
                 raise _bad(values, f"unqueued.{member}.{name}", problem)
+
+
+def check_population_folder(folder: Path) -> None:
+    """Refuse (`UnsafeRunFolder`) a population folder that is not one of plain files and folders:
+    walked as a run folder is (`check_plain_folder`), but nothing in a population folder is ours to
+    have two names, so any hard link is someone else's."""
+    check_plain_folder(folder, lambda path: "a population folder's files have one name each")

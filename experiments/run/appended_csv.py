@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from configs.files import atomic_write
-from experiments.run.folder_checks import open_own_file
+from experiments.run.safe_files import open_own_file
 
 Csv = TypeVar("Csv", bound="AppendedCsv")
 

@@ -1,7 +1,9 @@
 """Where runs live on disk: `data_dir/<experiment name>/<run uuid>/` (labml's layout), holding
-labml's own files plus `checkpoints/checkpoint.pt` (and the two before it) and `summary.json`.
-`RunFolder` owns one such folder: every command that names a run finds it, checks it, and clears
-or releases it through that class."""
+labml's own files plus ours: `summary.json`, `games.csv`, `updates.csv` and
+`checkpoints/checkpoint.pt` (and the two before it). `RunFolder` owns one such folder: its paths
+(spelled here once), finding it, checking it, writing its checkpoints and publishing its files,
+releasing or clearing it. Every command that names a run goes through it; a training run adopts
+its folder as soon as labml has made it."""
 
 from __future__ import annotations
 
@@ -21,29 +23,19 @@ from typing import Any, NamedTuple
 
 from configs.fields import ConfigError
 from configs.files import fsync_folder
-from experiments.run.folder_checks import UnsafeRunFolder, remove_dead_writers_files
+from experiments.run.safe_files import UnsafeRunFolder, check_plain_folder, remove_dead_writers_files
 
 RUN_UUID = re.compile(r"[0-9a-f]{32}")  # labml's, and a sweep's trials'
 RUN_ID = re.compile(r"[0-9a-f]{8,32}")  # a uuid, or the first 8 or more of its digits (the dashboard shows 8)
 # labml's own files, each opened in place (labml/internal/experiment/experiment_run.py `save_info`,
 # labml/internal/experiment/__init__.py: configs, indicators, run_log): a second hard link to one of
-# them is another file's content that labml would overwrite (experiments/run/folder_checks.py).
+# them is another file's content that labml would overwrite (experiments/run/safe_files.py).
 WRITTEN_IN_PLACE = ("configs.yaml", "run.yaml", "indicators.yaml", "source.diff", "run_log.jsonl", "run.pid")
-# Every checkpoint a run keeps, newest first: one bad state never loses the run.
+# Our files in a run folder. Every checkpoint a run keeps, newest first: one bad state never loses the run.
+SUMMARY, GAMES, UPDATES, RUN_PID = "summary.json", "games.csv", "updates.csv", "run.pid"
 CHECKPOINTS = ("checkpoints/checkpoint.pt", "checkpoints/checkpoint.1.pt", "checkpoints/checkpoint.2.pt")
-MAX_ENTRIES = 100_000  # a run folder holds tens of files (a filmed run: one video per filmed update)
 # What the cells of a record may hold (`read_record`), and how a refusal says it.
 CELL_KINDS = {"int": "an integer", "float": "a number", "float?": "a number", "whole": "a whole number", "bool": "0 or 1"}
-
-
-def checkpoint_path(run_dir: Path) -> Path:
-    """The newest checkpoint: what --resume, evaluation and every summary use."""
-    return run_dir / CHECKPOINTS[0]
-
-
-def checkpoint_paths(run_dir: Path) -> list[Path]:
-    """Every checkpoint a run keeps, newest first (`checkpoint.pt`, `checkpoint.1.pt`, …)."""
-    return [run_dir / name for name in CHECKPOINTS]
 
 
 @cache
@@ -72,47 +64,79 @@ def publish(path: Path) -> None:
         os.close(fd)
 
 
-def rotate_in(run_dir: Path, write: Callable[[Path], None]) -> Path:
-    """Write a new newest checkpoint with `write(path)` and keep the ones before it (CHECKPOINTS).
-
-    The new file is written whole (and fsynced) under a staging name first; only then do renames
-    shift the older ones (checkpoint.1.pt → checkpoint.2.pt, a hard link of checkpoint.pt →
-    checkpoint.1.pt) and put the new one in place. Every step is one atomic rename, so at any
-    moment a crash leaves `checkpoint.pt` whole — the old or the new one — and a failed write
-    (a full disk) changes nothing at all.
-    """
-    paths = checkpoint_paths(run_dir)
-    latest = paths[0]
-    remove_dead_writers_files(latest.parent)  # a killed writer's: this process is the run's only writer
-    staged = latest.with_name(f".{latest.name}.next")
-    write(staged)  # raises on failure: nothing rotated yet
-    publish(staged)
-    for newer, older in reversed(list(itertools.pairwise(paths))[1:]):  # oldest first: .1 → .2
-        if newer.exists():
-            os.replace(newer, older)
-    if latest.exists() and len(paths) > 1:
-        link = paths[1].with_name(f".{paths[1].name}.link")
-        with contextlib.suppress(FileNotFoundError):
-            link.unlink()
-        try:
-            os.link(latest, link)
-        except OSError:  # a filesystem without hard links: a copy does too
-            shutil.copyfile(latest, link)
-            publish(link)
-        os.replace(link, paths[1])
-    os.replace(staged, latest)
-    fsync_folder(latest.parent)  # the renames themselves durable
-    return latest
-
-
 @dataclass(frozen=True)
 class RunFolder:
     """Run `uuid`'s folder `path`: found by the run's uuid or its first digits (`named`), checked
-    before a byte of it is read and its owner told (`check`), its records read (`read_record`),
-    released by a resume and cleared after a lost start."""
+    before a byte of it is read and its owner told (`check`), its files named (`summary`, …), its
+    checkpoints written (`rotate_in`) and its files given the folder's mode (`publish`), released
+    by a resume and cleared after a lost start."""
 
     path: Path
     uuid: str
+
+    @classmethod
+    def at(cls, path: Path) -> RunFolder:
+        """The folder at `path`, named by its last part (labml's layout: the run's uuid)."""
+        return cls(path, path.name)
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def games_csv(self) -> Path:
+        return self.path / GAMES
+
+    @property
+    def updates_csv(self) -> Path:
+        return self.path / UPDATES
+
+    @property
+    def checkpoints(self) -> tuple[Path, ...]:
+        """Every checkpoint the run keeps, newest first (`checkpoint.pt`, `checkpoint.1.pt`, …)."""
+        return tuple(self.path / name for name in CHECKPOINTS)
+
+    @property
+    def newest_checkpoint(self) -> Path:
+        """What --resume, evaluation and every summary use."""
+        return self.path / CHECKPOINTS[0]
+
+    def publish(self, path: Path) -> Path:
+        """`publish` for a file of this folder; returns it."""
+        publish(path)
+        return path
+
+    def rotate_in(self, write: Callable[[Path], None]) -> Path:
+        """Write a new newest checkpoint with `write(path)` and keep the ones before it (CHECKPOINTS).
+
+        The new file is written whole (and fsynced) under a staging name first; only then do renames
+        shift the older ones (checkpoint.1.pt → checkpoint.2.pt, a hard link of checkpoint.pt →
+        checkpoint.1.pt) and put the new one in place. Every step is one atomic rename, so at any
+        moment a crash leaves `checkpoint.pt` whole — the old or the new one — and a failed write
+        (a full disk) changes nothing at all.
+        """
+        paths = self.checkpoints
+        latest = paths[0]
+        remove_dead_writers_files(latest.parent)  # a killed writer's: this process is the run's only writer
+        staged = latest.with_name(f".{latest.name}.next")
+        write(staged)  # raises on failure: nothing rotated yet
+        publish(staged)
+        for newer, older in reversed(list(itertools.pairwise(paths))[1:]):  # oldest first: .1 → .2
+            if newer.exists():
+                os.replace(newer, older)
+        if latest.exists() and len(paths) > 1:
+            link = paths[1].with_name(f".{paths[1].name}.link")
+            with contextlib.suppress(FileNotFoundError):
+                link.unlink()
+            try:
+                os.link(latest, link)
+            except OSError:  # a filesystem without hard links: a copy does too
+                shutil.copyfile(latest, link)
+                publish(link)
+            os.replace(link, paths[1])
+        os.replace(staged, latest)
+        fsync_folder(latest.parent)  # the renames themselves durable
+        return latest
 
     @classmethod
     def named(cls, data_dir: Path, name: str, option: str) -> RunFolder | None:
@@ -137,40 +161,20 @@ class RunFolder:
             return "it holds no run"
         return f"none there has that uuid; it holds {len(runs)} run{'s' if len(runs) > 1 else ''}, such as {', '.join(runs[:3])}"
 
-    def check(self, written_in_place: Callable[[Path], str | None] | None = None) -> int | None:
-        """Refuse (`UnsafeRunFolder`) a folder that is itself a link, or holds a symbolic link, a
-        device, a FIFO or a socket anywhere, or a second hard link of a file that is written in place
-        (`written_in_place(path)` says by whom, None where a second name is harmless; by default
-        labml's own files). Only `lstat` is used: nothing is opened, so nothing is read through a link.
+    def check(self) -> int | None:
+        """Refuse (`UnsafeRunFolder`, `check_plain_folder`) a folder that is itself a link, or holds a
+        symbolic link, a device, a FIFO or a socket anywhere, or a second hard link of a file that
+        labml writes in place.
 
         Then, the folder known to be plain, who owns it: the pid of a live process that runs it
         (labml's `run.pid`), or None. labml writes `run.pid` at start and never removes it, and
         refuses to start a run whose file exists; a resume removes a stale one (`release`), never one
-        whose process is still alive. A population's folder is checked the same way (experiments/pbt)."""
-        in_place = written_in_place or (lambda path: "labml rewrites it in place"
-                                        if path.parent == self.path and path.name in WRITTEN_IN_PLACE else None)
-        for folder in (self.path.parent, self.path):
-            if not stat.S_ISDIR(os.lstat(folder).st_mode):
-                raise UnsafeRunFolder(f"{folder} is a symbolic link, not a folder")
-        seen, pending = 0, [self.path]
-        while pending:
-            with os.scandir(pending.pop()) as entries:
-                for entry in entries:
-                    seen += 1
-                    if seen > MAX_ENTRIES:
-                        raise UnsafeRunFolder(f"{self.path} holds over {MAX_ENTRIES:,} files and folders")
-                    info, path = entry.stat(follow_symlinks=False), Path(entry.path)
-                    if stat.S_ISLNK(info.st_mode):
-                        raise UnsafeRunFolder(f"{path} is a symbolic link, which would be read or written through")
-                    if stat.S_ISDIR(info.st_mode):
-                        pending.append(path)
-                    elif not stat.S_ISREG(info.st_mode):
-                        raise UnsafeRunFolder(f"{path} is not a regular file (a device, FIFO or socket)")
-                    elif info.st_nlink > 1 and (writer := in_place(path)) is not None:
-                        raise UnsafeRunFolder(f"{path} has {info.st_nlink} hard links, and {writer} "
-                                              "(the file of its other names would change too)")
+        whose process is still alive."""
+        def written_in_place(path: Path) -> str | None:
+            return "labml rewrites it in place" if path.parent == self.path and path.name in WRITTEN_IN_PLACE else None
+        check_plain_folder(self.path, written_in_place)
         try:
-            pid = int((self.path / "run.pid").read_text().strip())
+            pid = int((self.path / RUN_PID).read_text().strip())
             os.kill(pid, 0)
         except (FileNotFoundError, ValueError, ProcessLookupError):
             return None
@@ -181,8 +185,8 @@ class RunFolder:
     def release(self) -> None:
         """Remove what the run's dead process left: a stale `run.pid` (so labml can record the resumed
         session) and the temp files of a write it was killed in (`remove_dead_writers_files`)."""
-        (self.path / "run.pid").unlink(missing_ok=True)
-        for folder in (self.path, checkpoint_path(self.path).parent):
+        (self.path / RUN_PID).unlink(missing_ok=True)
+        for folder in (self.path, self.newest_checkpoint.parent):
             remove_dead_writers_files(folder)
 
     def remove_lost_start(self) -> None:

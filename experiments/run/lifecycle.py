@@ -23,7 +23,7 @@ from configs.files import write_json
 from configs.ppo import accepted_live_values
 from configs.urls import strip_userinfo
 from experiments.run.console import Console, shown
-from experiments.run.folders import checkpoint_path, publish, rotate_in
+from experiments.run.folders import RunFolder
 from experiments.run.games_csv import GamesCsv
 from experiments.run.labml import LabmlRun
 from experiments.run.plan import LaunchPlan
@@ -83,7 +83,8 @@ class TrainingRun:
         self.stop = GracefulStop(BEFORE_TRAINING, self.say)
         self.labml = LabmlRun(self.config, self.say)
         self.state = RunState()
-        self.run_uuid, self.run_dir = plan.run_uuid, plan.run_dir or Path()
+        self.run_uuid = plan.run_uuid
+        self._folder: RunFolder | None = None  # adopted as soon as labml makes (or reopens) it
         self.resumed = plan.resume.checkpoint if plan.resume is not None else None  # the trainer copies its tensors in
         self.started = time.perf_counter()
 
@@ -100,9 +101,10 @@ class TrainingRun:
     def _run(self) -> RunResult:
         config, resume = self.config, self.resumed  # checked by the plan (plan.py) before this run was made
         device = resolve_device(config.device)
-        self.run_uuid, self.run_dir = self.labml.create(self.plan.run_uuid, resume.live_values if resume else None,
-                                                        self.plan.machine_choices, self.plan.label)
-        self.say(start_lines(config, self.run_uuid, self.run_dir, precision_label(config.precision, device)))
+        self.run_uuid, run_dir = self.labml.create(self.plan.run_uuid, resume.live_values if resume else None,
+                                                   self.plan.machine_choices, self.plan.label)
+        self._folder = RunFolder.at(run_dir)
+        self.say(start_lines(config, self.run_uuid, run_dir, precision_label(config.precision, device)))
         seeds = derive_seeds(config.seed, config.n_envs)
         try:
             pool = make_pool(config, game_specs(config, seeds.env_seeds))
@@ -134,14 +136,14 @@ class TrainingRun:
             machines = thawed(resume.machines) if resume is not None else []  # this run's own, to add to
             if (machine := machine_fingerprint(device)) not in machines:
                 machines.append(machine)
-            leg = Leg(trainer.update, trainer.env_steps, earlier_wall_time(self.run_dir / "summary.json") if resume else 0.0, machines)
+            leg = Leg(trainer.update, trainer.env_steps, earlier_wall_time(self.folder.summary) if resume else 0.0, machines)
             return self._train_then_close(trainer, leg, device)
 
     def _train_then_close(self, trainer: Trainer, leg: Leg, device: Any) -> RunResult:
-        games = GamesCsv(self.run_dir / "games.csv", keep=trainer.records.games)
-        publish(self.run_dir / "games.csv")
-        updates = UpdatesCsv(self.run_dir / "updates.csv", keep=trainer.update)
-        publish(self.run_dir / "updates.csv")
+        games = GamesCsv(self.folder.games_csv, keep=trainer.records.games)
+        self.folder.publish(self.folder.games_csv)
+        updates = UpdatesCsv(self.folder.updates_csv, keep=trainer.update)
+        self.folder.publish(self.folder.updates_csv)
         self._summary(trainer, leg, status="running")
         try:
             self._train(trainer, leg, games, updates, device)
@@ -159,18 +161,24 @@ class TrainingRun:
         except BaseException as e:  # unforeseen, or a second stop: still named in summary.json, then raised
             if isinstance(e, Exception):
                 self.state.error = f"{type(e).__name__}: {e}"
-            self._close_records(trainer, games, updates)
-            self._summary(trainer, leg)
-            self._finish_dashboard()
+            self._close(trainer, leg, games, updates, report=False)
             raise
-        self._close_records(trainer, games, updates)
-        result = self._report(self._summary(trainer, leg))  # before labml sends the run's end: the run page's console ends with it
+        return self._close(trainer, leg, games, updates, report=True)
+
+    def _close(self, trainer: Trainer, leg: Leg, games: GamesCsv, updates: UpdatesCsv, report: bool) -> RunResult:
+        """The run's end, however it came: its records closed, its summary written, the report said
+        (before labml sends the run's end: the run page's console ends with it), the dashboard told."""
+        games.append(trainer.records.take_finished())  # those of an update cut short, too
+        games.close()
+        updates.close()
+        summary = self._summary(trainer, leg)
+        result = self._report(summary) if report else RunResult(self.folder.summary, summary, 1)
         self._finish_dashboard()
         return result
 
     def _train(self, trainer: Trainer, leg: Leg, games: GamesCsv, updates: UpdatesCsv, device: Any) -> None:
         config = self.config
-        history = ((lambda: read_updates(self.run_dir / "updates.csv")), trainer.update) if self.plan.resume is not None else None
+        history = ((lambda: read_updates(self.folder.updates_csv)), trainer.update) if self.plan.resume is not None else None
         with ProgressLine(trainer.update, trainer.env_steps, config.last_update, self.started, self.console) as progress:
             self.labml.start(trainer.env_steps, history)
             rewind_point: Checkpoint | None = None  # the state before the update in progress
@@ -179,26 +187,22 @@ class TrainingRun:
                     rewind_point = self._state(trainer, leg)
                 try:
                     metrics = trainer.iteration()
-                except UpdateAbandoned:
-                    # A stop between two minibatches: the model is as before the update; the games
-                    # and RNGs are not (the rollout was sampled). The run goes back to the update's
-                    # start whole, so its checkpoint is the state after the last completed update.
+                except (UpdateAbandoned, ClusterLost) as cut:
+                    # A stop between two minibatches, or the cluster lost while sampling: the model
+                    # is as before the update; the games and RNGs are not (the rollout was sampled,
+                    # or the games' states went with their actors). The run goes back to the
+                    # update's start whole, taken while the games answered: its checkpoint is the
+                    # state after the last completed update.
                     rewind_point = trainer.rewind(rewind_point)
                     if self.state.checkpointed_update != trainer.update:
                         self._write_checkpoint(rewind_point)
+                    if isinstance(cut, ClusterLost):
+                        raise
                     self.state.status = "interrupted"
                     return
-                except ClusterLost:
-                    # Lost while sampling: the learner is as the update found it, its games' states
-                    # are gone with their actors; the update's starting state, taken while they
-                    # answered, is the one to resume from.
-                    rewind_point = trainer.rewind(rewind_point)
-                    if self.state.checkpointed_update != trainer.update:
-                        self._write_checkpoint(rewind_point)
-                    raise
                 games.append(trainer.records.take_finished())
                 if config.eval_video_every and trainer.update % config.eval_video_every == 0:
-                    metrics.update(record_training_video(trainer.model, config.to_dict(), self.run_dir, trainer.update, device))
+                    metrics.update(record_training_video(trainer.model, config.to_dict(), self.folder.path, trainer.update, device))
                 self.labml.report(trainer.env_steps, metrics)
                 updates.append(trainer.update, trainer.env_steps, metrics)
                 progress.show(trainer.update, trainer.env_steps, trainer.records.score_mean())
@@ -210,11 +214,6 @@ class TrainingRun:
             if self.state.checkpointed_update != trainer.update:
                 self._checkpoint(trainer, leg)
             self.state.status = "interrupted" if self.stop.requested else "completed"
-
-    def _close_records(self, trainer: Trainer, games: GamesCsv, updates: UpdatesCsv) -> None:
-        games.append(trainer.records.take_finished())  # those of an update cut short, too
-        games.close()
-        updates.close()
 
     def _ended_at_start(self, lost: ClusterLost | None = None) -> RunResult:
         """A stop, or the cluster's head `lost`, before the first update of this session: nothing
@@ -232,7 +231,7 @@ class TrainingRun:
                      f"{update:,}; to go on: {resume_command(self.config, str(self.run_uuid), self._dashboard())}")
         summary = {"run_uuid": self.run_uuid, "status": "interrupted", "error": None if lost is None else str(lost),
                    "updates": update, "env_steps": env_steps, "kept": resume is not None}
-        return RunResult(self.run_dir / "summary.json" if resume is not None else None, summary,
+        return RunResult(self.plan.folder.summary if self.plan.folder is not None and resume is not None else None, summary,
                          self.stop.exit_code if lost is None else 1)
 
     def _state(self, trainer: Trainer, leg: Leg) -> Checkpoint:
@@ -250,18 +249,18 @@ class TrainingRun:
         return state
 
     def _write_checkpoint(self, state: Checkpoint) -> None:
-        """The newest of the last KEEP_CHECKPOINTS checkpoints, rotated atomically (folders.rotate_in)."""
+        """The newest of the checkpoints kept, rotated atomically (`RunFolder.rotate_in`)."""
         try:
-            self.state.checkpoint = rotate_in(self.run_dir, lambda path: save_checkpoint(path, state))
+            self.state.checkpoint = self.folder.rotate_in(lambda path: save_checkpoint(path, state))
         except OSError as e:  # a rename or link of the rotation; the newest checkpoint is whole
-            raise CheckpointError(f"could not rotate the checkpoints in {checkpoint_path(self.run_dir).parent}: "
+            raise CheckpointError(f"could not rotate the checkpoints in {self.folder.newest_checkpoint.parent}: "
                                   f"{e.strerror or e}; checkpoint.pt is intact") from e
         self.state.checkpointed_update = state.update
 
     def _summary(self, trainer: Trainer, leg: Leg, status: str | None = None) -> dict[str, Any]:
         """Write summary.json: how the run ended (`status` None: the run's), or `running`."""
         elapsed = time.perf_counter() - self.started
-        existing = checkpoint_path(self.run_dir)
+        existing = self.folder.newest_checkpoint
         checkpoint = self.state.checkpoint or (existing if existing.exists() else None)
         summary = {
             "run_uuid": self.run_uuid,
@@ -285,13 +284,13 @@ class TrainingRun:
             "run_wall_time_s": leg.earlier_s + elapsed,
             "leg_env_steps": trainer.env_steps - leg.first_steps,
             "checkpoint": str(checkpoint) if checkpoint else None,
-            "run_dir": str(self.run_dir),
+            "run_dir": str(self.folder.path),
         }
         try:
-            write_json(self.run_dir / "summary.json", summary)
-            publish(self.run_dir / "summary.json")
+            write_json(self.folder.summary, summary)
+            self.folder.publish(self.folder.summary)
         except OSError as e:
-            self.say(f"error: could not write {self.run_dir / 'summary.json'}: {e}")
+            self.say(f"error: could not write {self.folder.summary}: {e}")
         return summary
 
     def _finish_dashboard(self) -> None:
@@ -305,7 +304,7 @@ class TrainingRun:
         if self.state.lost is not None:  # the summary, then one line: what is kept and how to go on
             self.say(summary_line(summary, self.config.last_update, self.config.score_window))
             self.say(cluster_lost_line(self.state.lost.address, str(self.run_uuid), self._kept_update(), self.config, self._dashboard()))
-            return RunResult(self.run_dir / "summary.json", summary, 1)
+            return RunResult(self.folder.summary, summary, 1)
         if error is not None:
             self.say(f"error: run {summary['run_uuid']} stopped at update {summary['updates']}: {error.splitlines()[0]}")
             if summary["checkpoint"]:
@@ -316,7 +315,13 @@ class TrainingRun:
         self.say(summary_line(summary, self.config.last_update, self.config.score_window))
         for line in next_commands(summary, self.config, self._dashboard()):
             self.say(line)
-        return RunResult(self.run_dir / "summary.json", summary, 1 if error is not None else self.stop.exit_code)
+        return RunResult(self.folder.summary, summary, 1 if error is not None else self.stop.exit_code)
+
+    @property
+    def folder(self) -> RunFolder:
+        """The run's folder, once labml has made it (as the run starts)."""
+        assert self._folder is not None, "the run's folder is made as the run starts"
+        return self._folder
 
     def _dashboard(self) -> str | None:
         return strip_userinfo(self.config.dashboard) if self.config.dashboard else None
@@ -332,6 +337,9 @@ class TrainingRun:
         """After a second Ctrl-C: the checkpoint the run will resume from, and the command."""
         if (update := self._kept_update()) is None:
             return "no checkpoint was written yet: there is nothing to resume; start the run again"
-        where = (f"{shown(self.state.checkpoint)} (update {update})" if self.state.checkpoint is not None
-                 else f"{shown(checkpoint_path(self.run_dir))} (update {update}), the one it was resumed from")
+        if self.state.checkpoint is not None:
+            where = f"{shown(self.state.checkpoint)} (update {update})"
+        else:  # none written this session: the resumed run's own
+            assert self.plan.folder is not None
+            where = f"{shown(self.plan.folder.newest_checkpoint)} (update {update}), the one it was resumed from"
         return f"it will resume from {where}:\n  {resume_command(self.config, str(self.run_uuid), self._dashboard())}"

@@ -31,8 +31,8 @@ from configs.machine import usable_cores
 from configs.ppo import PPOConfig
 from configs.urls import strip_userinfo
 from experiments.run import games_csv, updates_csv
-from experiments.run.folder_checks import UnsafeRunFolder
 from experiments.run.folders import CHECKPOINTS, RunFolder, read_record
+from experiments.run.safe_files import UnsafeRunFolder
 from game.atari import canonical_game, is_known_game, relaunch_refusal
 from ray_setup.installed import ray_version_problem
 
@@ -123,8 +123,8 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
     # came after it); refused when they do not, rather than leave a gap of rows the checkpoint counts.
     games, update = checkpoint.games, checkpoint.update
     for path, record, reached, what in (
-            (folder.path / "games.csv", games_csv, lambda rows: len(rows) >= games, f"the {games!r} games its checkpoint counts"),
-            (folder.path / "updates.csv", updates_csv, lambda rows: bool(rows) and rows[-1][2][0] >= update, f"update {update!r}, its checkpoint's")):
+            (folder.games_csv, games_csv, lambda rows: len(rows) >= games, f"the {games!r} games its checkpoint counts"),
+            (folder.updates_csv, updates_csv, lambda rows: bool(rows) and rows[-1][2][0] >= update, f"update {update!r}, its checkpoint's")):
         try:
             rows, torn = read_record(path, record.CELLS, record.ROW) if path.exists() else ([], None)
         except (ValueError, OSError, csv.Error) as e:
@@ -162,7 +162,7 @@ def check_can_start(config: PPOConfig, run_dir: Path | None = None, resumed: boo
     if not resumed and config.fire_on_reset and (refusal := relaunch_refusal(config.game, config.relaunch)):
         raise ConfigError("relaunch", config.relaunch, refusal)
     data_dir = config.data_dir
-    targets = [Path(data_dir) / config.name] + ([run_dir, run_dir / "checkpoints"] if run_dir is not None else [])
+    targets = [Path(data_dir) / config.name] + ([run_dir, RunFolder.at(run_dir).newest_checkpoint.parent] if run_dir is not None else [])
     for target in targets:
         existing = target
         while not existing.exists() and existing != existing.parent:
