@@ -43,28 +43,39 @@ from experiments.shared_data_dir import DataDirMark
 from experiments.sweep_resume import argv_of, go_on_command, lost_line, resumed_rows
 from experiments.sweep_rows import TrialRow, params_text, planned_rows, print_comparison, sorted_rows, table, write_csv
 from experiments.sweep_space import MAX_TRIALS, SearchSpace, SweepError, search_space
+from experiments.sweep_status import SweepStatus
 from game.atari import canonical_game, is_known_game
 from ray_setup.connection import RayConnection, connection_refusal
 from ray_setup.installed import ray_refusal
 
 PROG = "python -m experiments.sweep"
+def say(text: str) -> None:
+    """A line (or block) for people, on stderr: stdout holds what scripts read (the compare address, the CSV path last)."""
+    print(escaped(text, lines=True), file=sys.stderr, flush=True)  # a trial's status and error come from its run
+
+
 def run_sweep(connection: RayConnection, rows: list[TrialRow], fixed: dict[str, Any], cpus_per_trial: float,
               max_retries: int, max_concurrent: int | None, name: str, kept: frozenset[int] = frozenset()) -> Ending:
     """Every trial but those in `kept` (completed in a resumed sweep) as a Ray task; each row filled
-    as its trial ends, and a line said. The dashboard lists each run as `name` and its trial number."""
+    as its trial ends and a line said, and the trials' status shown as they run
+    (experiments/sweep_status.py). The dashboard lists each run as `name` and its trial number."""
     task = remote_task(connection.ray, run_trial, cpus_per_trial, max_retries)
     calls = [(i, ({**fixed, **row.params}, row.run_uuid, f"{name} trial {row.trial}"))
              for i, row in enumerate(rows) if i not in kept]
     started, finished = time.perf_counter(), len(kept)
+    status = SweepStatus(rows, Path(fixed["data_dir"]) / str(fixed.get("name", PPOConfig.name)), say,
+                         lambda: connection.nodes_lost)
 
     def ended(end: TaskEnd) -> None:
         nonlocal finished
         finished += 1
         rows[end.key].ended(end.summary, end.error)
-        print(escaped(f"[{finished}/{len(rows)} after {time.perf_counter() - started:.0f} s] {rows[end.key].result_line()}"),
-              flush=True)  # a trial's status and error come from its run
+        if end.summary is not None:
+            status.seen_now(end.key, end.summary)  # a retry that ran to its end between two looks is counted too
+        say(f"[{finished}/{len(rows)} after {time.perf_counter() - started:.0f} s] {rows[end.key].result_line()}")
 
-    scheduled = run_tasks(connection, task, calls, max_concurrent or len(rows), ended)
+    scheduled = run_tasks(connection, task, calls, max_concurrent or len(rows), ended, status.look)
+    status.look(frozenset())  # the last block: every trial's end
     if scheduled.ending is Ending.DATA_DIR_REFUSED:  # the refused trial, and those stopped because of it
         refused = next(end.key for end in scheduled.ends if end.error == scheduled.refusal and not end.stopped)
         rows[refused].ended(None, scheduled.refusal, status="refused")
@@ -146,8 +157,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         except SweepError as e:
             fail(str(e))
     csv_path = Path(args.resume or args.csv or Path(fixed["data_dir"]) / base.name / f"sweep-{datetime.now():%Y%m%d-%H%M%S}.csv")
-    print(f"sweep: {len(trials)} trials of {params_text(fixed)}; searching {', '.join(names)}; "
-          f"{cpus:g} CPUs per trial", flush=True)
+    say(f"sweep: {len(trials)} trials of {params_text(fixed)}; searching {', '.join(names)}; {cpus:g} CPUs per trial")
     mark = DataDirMark(fixed["data_dir"])
     signals_stop_as_ctrl_c()  # SIGINT and SIGTERM; the connection keeps SIGTERM's through ray.init
     try:
@@ -163,7 +173,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         ending = Ending.STOPPED
     rows = sorted_rows(rows)
     if ending is Ending.STOPPED:
-        print("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)", file=sys.stderr)
+        say("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)")
         return 130
     if ending is not Ending.DONE:  # what completed is kept in the CSV, written whole; the path is the last line, as ever
         for row in rows if ending is Ending.HEAD_LOST else ():  # those that did not complete go on with --resume
@@ -175,8 +185,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             print(escaped(lost_line(str(address), rows, go_on_command(prog, argv_of(argv), csv_path))), file=sys.stderr, flush=True)
         print(csv_path, flush=True)
         return 2 if ending is Ending.DATA_DIR_REFUSED else 1
-    print()
-    print(escaped(table(rows, names), lines=True))
+    say("\n" + table(rows, names))
     write_csv(csv_path, rows, names)
     print_comparison(fixed.get("dashboard"), rows)
     print(csv_path, flush=True)

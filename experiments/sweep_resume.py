@@ -74,6 +74,7 @@ def resumed_rows(path: Path, rows: list[TrialRow], names: list[str]) -> set[int]
             row.status = "completed"
             texts = {k: old.get(SCORE if k == "score" else k) or "" for k in RESULTS}
             row.take_results({k: _number(text) if k in NUMBERS else text or None for k, text in texts.items()})
+            row.retries = _number(old.get("retries") or "0") or 0  # a CSV of an older sweep has none
     return done
 
 

@@ -38,6 +38,7 @@ class TrialRow:
     node_id: str | None = None  # Ray's, as nodes of one machine share its host name
     run_dir: str | None = None
     error: str | None = None
+    retries: int = 0  # times Ray ran it again after its node or process was lost (experiments/sweep_status.py)
 
     def ended(self, summary: dict[str, Any] | None, error: str | None = None, status: str | None = None) -> None:
         """How its task ended: the run's summary, or (none) Ray's error, with `status` the sweep's word for it."""
@@ -80,9 +81,9 @@ def sorted_rows(rows: Sequence[TrialRow]) -> list[TrialRow]:
 
 
 def table(rows: Sequence[TrialRow], names: list[str]) -> str:
-    header = ["rank", "trial", SCORE, "games", "status", *names, "run_uuid"]
+    header = ["rank", "trial", SCORE, "games", "status", "retries", *names, "run_uuid"]
     body = [[str(rank), str(r.trial), "-" if r.score is None else f"{r.score:.2f}", "-" if r.games is None else str(r.games),
-             r.status or "-", *(fmt(r.params[n]) for n in names), r.run_uuid]
+             r.status or "-", str(r.retries), *(fmt(r.params[n]) for n in names), r.run_uuid]
             for rank, r in enumerate(rows, 1)]
     widths = [max(len(h), *(len(line[i]) for line in body)) for i, h in enumerate(header)]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
@@ -92,13 +93,13 @@ def table(rows: Sequence[TrialRow], names: list[str]) -> str:
 def write_csv(path: Path, rows: Sequence[TrialRow], names: list[str]) -> None:
     """The table, ranked as given, with every result; written whole (or not at all), 0600 like the
     lineage and summaries."""
-    columns = ["rank", "trial", SCORE, "games", "updates", "env_steps", "sps", "status", *names, "run_uuid", "host",
+    columns = ["rank", "trial", SCORE, "games", "updates", "env_steps", "sps", "status", "retries", *names, "run_uuid", "host",
                "node_id", "run_dir", "error"]
     text = io.StringIO()
     writer = csv.DictWriter(text, columns)
     writer.writeheader()
     for rank, r in enumerate(rows, 1):
-        writer.writerow({"rank": rank, "trial": r.trial, SCORE: r.score, "status": r.status, "run_uuid": r.run_uuid,
+        writer.writerow({"rank": rank, "trial": r.trial, SCORE: r.score, "status": r.status, "retries": r.retries, "run_uuid": r.run_uuid,
                          **{name: value for name, value in r.results().items() if name != "score"}, **{n: r.params[n] for n in names}})
     atomic_write(path, text.getvalue().encode())
 
@@ -109,4 +110,4 @@ def print_comparison(dashboard: str | None, rows: Sequence[TrialRow]) -> None:
     if dashboard and trained:
         from dashboard.client import compare_line
 
-        print(compare_line(dashboard, trained, "trials"), flush=True)
+        print(compare_line(dashboard, trained, "trials"), flush=True)  # stdout: what a script reads

@@ -67,7 +67,7 @@ class RayConnection:
         self.ray: Any = None
         self._started = False  # ray.init was called (a failed start leaves processes to stop too)
         self._undo: list[Callable[[], None]] = []  # Ray's patches, fd 2, the environment: put back last to first
-        self._nodes_said: set[str] = set()
+        self.nodes_lost: list[str] = []  # Ray's ids of the nodes the cluster said it lost, in order
 
     def __enter__(self) -> RayConnection:
         own_sigterm = signal.getsignal(signal.SIGTERM)
@@ -137,8 +137,8 @@ class RayConnection:
         if self.head_lost:
             return
         for line in lines:
-            if (match := _NODE_DEAD.search(line)) and match[1] not in self._nodes_said:
-                self._nodes_said.add(match[1])
+            if (match := _NODE_DEAD.search(line)) and match[1] not in self.nodes_lost:
+                self.nodes_lost.append(match[1])
                 print(f"ray: node {match[1][:12]} ({match[2]}) was lost; what ran there is replaced on the other "
                       "nodes (Ray's account is in that node's Ray logs)", file=sys.stderr, flush=True)
 

@@ -167,6 +167,13 @@ def test_a_worker_node_lost_mid_sweep_reruns_its_trial_from_its_checkpoint_elsew
         assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2]  # update 1 kept, update 2 done once, elsewhere
     assert rows[victim_run]["env_steps"] == "16"
     assert lost_lines(err) == [our_line(victim)], err[-3000:]
+    # Which trial the loss hit, where it went and from which update (experiments/sweep_status.py), and its retry counted.
+    trial = rows[victim_run]["trial"]
+    assert (f"sweep: node {victim['node_id'][:8]}'s loss hit trial {trial}: Ray runs it again on another node, "
+            "from its last checkpoint (update 1 or later)") in err, err[-3000:]
+    assert (f"sweep: trial {trial} ran again (retry 1) on node {new_node[:8]}, from update 1 (its last checkpoint); "
+            f"it ran on node {victim['node_id'][:8]}") in err, err[-3000:]
+    assert (rows[victim_run]["retries"], rows[kept_run]["retries"]) == ("1", "0")
     assert "state-dump" not in out + err and "Raylet is terminated" not in out + err, err[-3000:]
     assert cli.leftovers() == []
 

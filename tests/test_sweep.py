@@ -40,7 +40,7 @@ def test_two_trial_sweep_runs_full_runs_and_ranks_them(cli, tmp_path: Path) -> N
                      "--cpus-per-trial", "1", "--epochs", "1", "--data-dir", str(tmp_path / "runs"), "--csv", str(out),
                      timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == str(out)
+    assert result.stdout == f"{out}\n"  # stdout holds what a script reads; people's lines are on stderr
     with out.open() as f:
         rows = list(csv.DictReader(f))
     assert [r["rank"] for r in rows] == ["1", "2"]
@@ -54,7 +54,15 @@ def test_two_trial_sweep_runs_full_runs_and_ranks_them(cli, tmp_path: Path) -> N
         # labml's comment, which the dashboard lists beside the run: the sweep (its table's name) and the trial.
         run_yaml = yaml.safe_load((Path(row["run_dir"]) / "run.yaml").read_text())
         assert run_yaml["comment"] == f"results trial {row['trial']}", run_yaml
-    assert "rank  trial  score_mean_100" in result.stdout
+    assert "rank  trial  score_mean_100  games  status     retries  learning_rate" in result.stderr, result.stderr
+    # The trials' status as they ran (experiments/sweep_status.py): a block at each change, the last
+    # one with both trials ended, on their nodes, none run again.
+    blocks = result.stderr.split("sweep after ")[1:]
+    assert blocks[0].splitlines()[0].endswith("s: 2 starting"), blocks[0]  # both submitted, neither training yet
+    last = blocks[-1].splitlines()
+    assert last[0].endswith("s: 2 completed"), last
+    assert [line.split()[:3] for line in last[1:3]] == [["trial", "1", "completed"], ["trial", "2", "completed"]], last
+    assert all("retries 0  update 1" in line for line in last[1:3]), last
     # Ray's advice to turn off its private instance's token (issue 71) is not the user's to follow.
     assert "Token authentication" not in result.stderr and "RAY_AUTH_MODE" not in result.stderr, result.stderr
     assert cli.leftovers() == []  # Ray's processes and every trial's workers are gone
