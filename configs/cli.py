@@ -131,14 +131,22 @@ def int_in(low: int, high: int) -> typing.Callable[[str], int]:
     return parse
 
 
+def finite_number(text: str, low: float = -math.inf, high: float = math.inf, low_open: bool = False) -> float | None:
+    """`text` as a finite number in [low, high] (or (low, high] with `low_open`), or None: the one
+    reading of every number a command is given (each says in its own refusal what it accepts)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not (math.isfinite(value) and (low < value if low_open else low <= value) and value <= high):
+        return None
+    return value
+
+
 def float_in(low: float, high: float, low_open: bool = False) -> typing.Callable[[str], float]:
     """An argparse `type`: a finite number in [low, high] (or (low, high] with `low_open`)."""
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not ((low < value if low_open else low <= value) and value <= high):  # NaN fails both
+        if (value := finite_number(text, low, high, low_open)) is None:
             raise argparse.ArgumentTypeError(f"{shown(text)}: expected a number {'>' if low_open else '≥'} {low:g} and ≤ {high:g}")
         return value
     return parse
@@ -154,8 +162,7 @@ def _parse_bool(text: str) -> bool:
 
 
 def _parse_finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
+    if (value := finite_number(text)) is None:
         raise ValueError(text)
     return value
 

@@ -12,7 +12,6 @@ people and go to stderr; stdout holds one line, a JSON object with the results. 
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from configs.cli import OneLineParser
+from configs.cli import OneLineParser, finite_number
 from configs.fields import DEFAULT_GREEDY_EPSILON, MAX_SEED, MAX_UPDATES, device_name
 from configs.ppo import ConfigError
 from configs.refusals import bad_value, fail
@@ -55,11 +54,7 @@ def _int(option: str, text: str | None, minimum: int, maximum: int, allow_none: 
 def _epsilon(text: str | None, greedy: bool) -> float:
     if text is None:
         return DEFAULT_GREEDY_EPSILON if greedy else 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value <= 1.0:  # NaN fails too
+    if (value := finite_number(text, 0.0, 1.0)) is None:
         bad_value("--epsilon", text, "a number in [0, 1]")
     return value
 

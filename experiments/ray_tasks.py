@@ -61,8 +61,10 @@ def run_member(overrides: dict[str, Any], run_uuid: str, label: str) -> dict[str
     folder = RunFolder.named(Path(overrides["data_dir"]), run_uuid, "run_uuid")
     deadline = time.monotonic() + 120  # past it, the resume refuses in one line (naming the process)
     with contextlib.suppress(UnsafeRunFolder):  # an unsafe folder: refused below, in the plan's one line
-        while folder is not None and folder.check() not in (None, os.getpid()) and time.monotonic() < deadline:
+        owner = folder.check() if folder is not None else None  # the whole walk once; then its run.pid alone
+        while folder is not None and owner not in (None, os.getpid()) and time.monotonic() < deadline:
             time.sleep(0.05)  # the previous segment's process ends by itself
+            owner = folder.owner()
     return run_trial(overrides, run_uuid, label)
 
 

@@ -83,6 +83,21 @@ def test_the_labml_internals_we_adjust_still_exist() -> None:
     assert isinstance(logger_singleton()._Logger__destinations, list)
 
 
+def test_labmls_banner_and_destinations_are_left_out_inside_and_put_back_after() -> None:
+    """A run keeps labml's banner out while it runs; whatever else the process does after (a test
+    session, a tool) finds labml as it was (issue 70: the banner was replaced for good)."""
+    from experiments.run.labml.console import console_through
+
+    banner, destinations = Experiment.__dict__["_Experiment__print_info"], logger_singleton()._Logger__destinations
+    with console_through(lambda line: None):
+        assert Experiment.__dict__["_Experiment__print_info"] is not banner
+        with console_through(lambda line: None):  # entered again inside (a run's start inside its console)
+            pass
+        assert Experiment.__dict__["_Experiment__print_info"] is not banner
+    assert Experiment.__dict__["_Experiment__print_info"] is banner
+    assert logger_singleton()._Logger__destinations is destinations
+
+
 def test_a_terminal_of_0_columns_gets_the_whole_line() -> None:
     """A terminal that reports 0 columns made tqdm's width −1, and the line lost its end (issue 71)."""
     import fcntl

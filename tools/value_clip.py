@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from configs.cli import OneLineParser, docstring_help
+from configs.cli import OneLineParser, docstring_help, finite_number
 from configs.ppo import ConfigError, PPOConfig, validate
 from configs.refusals import bad_value
 from experiments.evaluate import check_device_name, locate_checkpoint, parse_device, read_checked
@@ -33,11 +32,7 @@ DEFAULT_EPSILONS = ("0.05", "0.1", "0.2", "0.5", "1.0")
 
 
 def parse_epsilon(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):  # NaN fails too; any finite ε is a clip the arithmetic takes
+    if (value := finite_number(text, 0.0)) is None:  # any finite ε ≥ 0 is a clip the arithmetic takes
         bad_value("--epsilons", text, "finite numbers ≥ 0 (value clip ranges, in the value's own units)")
     return value
 

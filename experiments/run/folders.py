@@ -173,13 +173,25 @@ class RunFolder:
         def written_in_place(path: Path) -> str | None:
             return "labml rewrites it in place" if path.parent == self.path and path.name in WRITTEN_IN_PLACE else None
         check_plain_folder(self.path, written_in_place)
+        return self.owner()
+
+    def owner(self) -> int | None:
+        """The pid of a live process that runs the run (labml's `run.pid`), or None: one small read,
+        never through a link (one put there since the check is no owner), for a folder already checked."""
         try:
-            pid = int((self.path / RUN_PID).read_text().strip())
+            fd = os.open(self.path / RUN_PID, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                pid = int(os.read(fd, 32).decode().strip())
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):  # none there, or not a pid file of labml's (a link: ELOOP)
+            return None
+        try:
             os.kill(pid, 0)
-        except (FileNotFoundError, ValueError, ProcessLookupError):
+        except ProcessLookupError:
             return None
         except PermissionError:
-            pass
+            pass  # another account's process: alive
         return pid
 
     def release(self) -> None:

@@ -46,9 +46,12 @@ def console_through(say: Callable[[str], None]) -> Iterator[None]:
     logger = logger_singleton()
     saved = logger._Logger__destinations
     logger._Logger__destinations = [_Above(say)]
-    if hasattr(Experiment, "_Experiment__print_info"):
+    banner = Experiment.__dict__.get("_Experiment__print_info")
+    if banner is not None:
         Experiment._Experiment__print_info = lambda self: None
     try:
         yield
     finally:
         logger._Logger__destinations = saved
+        if banner is not None:  # labml as it was, for whatever else this process runs
+            Experiment._Experiment__print_info = banner
