@@ -342,22 +342,3 @@ def test_a_stride_0_tensor_of_a_trillion_elements_is_refused_by_resume_and_evalu
     by_path = refused_in_process(capsys, ["--checkpoint", str(newest), "--games", "1"], evaluate_main)
     assert resumed == _one_line_refusal(cli, evaluated) == by_path == line  # the same file, the same line
 
-
-def test_the_owner_is_read_from_run_pid_alone_and_never_through_a_link(tmp_path: Path) -> None:
-    """What a population's next segment polls while the last one's process exits (issue 70: it
-    walked the whole folder every 50 ms): run.pid alone, a live pid an owner, a dead one or a link
-    none."""
-    folder = RunFolder(tmp_path / "runs" / ("a" * 32), "a" * 32)
-    folder.path.mkdir(parents=True)
-    assert folder.owner() is None  # no run.pid
-    (folder.path / "run.pid").write_text(f"{os.getpid()}\n")
-    assert folder.owner() == os.getpid()
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
-    ended.wait()
-    (folder.path / "run.pid").write_text(f"{ended.pid}\n")
-    assert folder.owner() is None  # its process has ended
-    elsewhere = tmp_path / "elsewhere.pid"
-    elsewhere.write_text(f"{os.getpid()}\n")
-    (folder.path / "run.pid").unlink()
-    (folder.path / "run.pid").symlink_to(elsewhere)
-    assert folder.owner() is None  # a link is no run.pid of labml's
