@@ -64,7 +64,7 @@ def run_sweep(connection: RayConnection, rows: list[TrialRow], fixed: dict[str, 
              for i, row in enumerate(rows) if i not in kept]
     started, finished = time.perf_counter(), len(kept)
     status = SweepStatus(rows, Path(fixed["data_dir"]) / str(fixed.get("name", PPOConfig.name)), say,
-                         lambda: connection.nodes_lost)
+                         lambda: connection.nodes_lost, connection.node_name)
 
     def ended(end: TaskEnd) -> None:
         nonlocal finished

@@ -19,7 +19,7 @@ from configs.files import atomic_write
 
 SCORE = "score_mean_100"
 # What a trial's summary gives its row (the run's own names; `score` is SCORE).
-RESULTS = ("score", "games", "updates", "env_steps", "sps", "host", "node_id", "run_dir", "error")
+RESULTS = ("score", "games", "updates", "env_steps", "sps", "host", "node_id", "node_name", "run_dir", "error")
 NUMBERS = ("score", "games", "updates", "env_steps", "sps")
 
 
@@ -36,6 +36,7 @@ class TrialRow:
     sps: float | None = None
     host: str | None = None
     node_id: str | None = None  # Ray's, as nodes of one machine share its host name
+    node_name: str | None = None  # the node's name for people (ray_setup/nodes.py)
     run_dir: str | None = None
     error: str | None = None
     retries: int = 0  # times Ray ran it again after its node or process was lost (experiments/sweep_status.py)
@@ -50,12 +51,12 @@ class TrialRow:
 
     def take_results(self, results: dict[str, Any]) -> None:
         """Each of RESULTS from `results` (a missing one: None)."""
-        (self.score, self.games, self.updates, self.env_steps, self.sps, self.host, self.node_id, self.run_dir,
+        (self.score, self.games, self.updates, self.env_steps, self.sps, self.host, self.node_id, self.node_name, self.run_dir,
          self.error) = (results.get(name) for name in RESULTS)
 
     def results(self) -> dict[str, Any]:
         return dict(zip(RESULTS, (self.score, self.games, self.updates, self.env_steps, self.sps, self.host, self.node_id,
-                                  self.run_dir, self.error), strict=True))
+                                  self.node_name, self.run_dir, self.error), strict=True))
 
     def result_line(self) -> str:
         score = "-" if self.score is None else f"{self.score:.1f}"
@@ -81,9 +82,9 @@ def sorted_rows(rows: Sequence[TrialRow]) -> list[TrialRow]:
 
 
 def table(rows: Sequence[TrialRow], names: list[str]) -> str:
-    header = ["rank", "trial", SCORE, "games", "status", "retries", *names, "run_uuid"]
+    header = ["rank", "trial", SCORE, "games", "status", "retries", "node", *names, "run_uuid"]
     body = [[str(rank), str(r.trial), "-" if r.score is None else f"{r.score:.2f}", "-" if r.games is None else str(r.games),
-             r.status or "-", str(r.retries), *(fmt(r.params[n]) for n in names), r.run_uuid]
+             r.status or "-", str(r.retries), r.node_name or "-", *(fmt(r.params[n]) for n in names), r.run_uuid]
             for rank, r in enumerate(rows, 1)]
     widths = [max(len(h), *(len(line[i]) for line in body)) for i, h in enumerate(header)]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
@@ -94,7 +95,7 @@ def write_csv(path: Path, rows: Sequence[TrialRow], names: list[str]) -> None:
     """The table, ranked as given, with every result; written whole (or not at all), 0600 like the
     lineage and summaries."""
     columns = ["rank", "trial", SCORE, "games", "updates", "env_steps", "sps", "status", "retries", *names, "run_uuid", "host",
-               "node_id", "run_dir", "error"]
+               "node_id", "node_name", "run_dir", "error"]
     text = io.StringIO()
     writer = csv.DictWriter(text, columns)
     writer.writeheader()

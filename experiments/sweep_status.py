@@ -24,11 +24,10 @@ PERIOD_S = 30.0  # a block at least this often while nothing changes
 LOOK_S = 2.0  # the trials' summaries read at most this often
 
 
-def node_text(node_id: str | None, host: str | None = None) -> str:
-    """A node as a person reads it: its host and the first 8 digits of Ray's id (nodes of one machine share a host)."""
-    if node_id is None:
-        return "-"
-    return f"{host + '/' if host else ''}{node_id[:8]}"
+def node_text(summary: dict[str, Any]) -> str:
+    """The node a run's summary names, as a person reads it (its name: ray_setup/nodes.py)."""
+    name, node_id = summary.get("node_name"), summary.get("node_id")
+    return str(name) if name else str(node_id)[:8] if node_id else "-"
 
 
 def leg_start(summary: dict[str, Any]) -> str:
@@ -44,8 +43,10 @@ class SweepStatus:
     its summary (`data_dir/name/`); `lost_nodes` gives the ids of the nodes the cluster lost so far."""
 
     def __init__(self, rows: list[TrialRow], summaries: Path, say: Callable[[str], None],
-                 lost_nodes: Callable[[], Sequence[str]] = tuple, clock: Callable[[], float] = time.monotonic) -> None:
+                 lost_nodes: Callable[[], Sequence[str]] = tuple, name_of_node: Callable[[str], str] = lambda node: node[:8],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.rows, self.summaries, self.say, self.lost_nodes, self.clock = rows, summaries, say, lost_nodes, clock
+        self.name_of_node = name_of_node
         self.started = clock()
         self.shown_at = self.looked_at = -PERIOD_S
         self.shown: tuple[Any, ...] | None = None
@@ -85,7 +86,7 @@ class SweepStatus:
             seen = self.seen.get(i, {})
             score = row.score if row.status is not None else seen.get(SCORE)
             updates = row.updates if row.status is not None else seen.get("updates")
-            lines.append(f"  trial {row.trial:<3} {states[i]:<10} node {node_text(row.node_id, row.host):<22} "
+            lines.append(f"  trial {row.trial:<3} {states[i]:<10} node {row.node_name or '-':<22} "
                          f"retries {row.retries}  update {'-' if updates is None else updates}  "
                          f"{SCORE} {'-' if score is None else f'{score:.1f}'}")
         return "\n".join(lines)
@@ -99,7 +100,7 @@ class SweepStatus:
         if not isinstance(summary, dict):
             return
         self.seen_now(i, summary)
-        row.node_id = summary.get("node_id") or row.node_id
+        row.node_id, row.node_name = summary.get("node_id") or row.node_id, summary.get("node_name") or row.node_name
 
     def seen_now(self, i: int, summary: dict[str, Any]) -> None:
         """Trial `i`'s run wrote `summary` (read from its folder, or returned as it ended): a summary of
@@ -110,8 +111,8 @@ class SweepStatus:
                                    or summary.get("wall_time_s", 0) < before.get("wall_time_s", 0)):
             row = self.rows[i]
             row.retries += 1
-            self.say(f"sweep: trial {row.trial} ran again (retry {row.retries}) on node {node_text(summary.get('node_id'))}, "
-                     f"from update {leg_start(summary)} (its last checkpoint); it ran on node {node_text(before.get('node_id'))}")
+            self.say(f"sweep: trial {row.trial} ran again (retry {row.retries}) on node {node_text(summary)}, "
+                     f"from update {leg_start(summary)} (its last checkpoint); it ran on node {node_text(before)}")
 
     def _lost_nodes(self) -> None:
         """Each trial that ran on a node the cluster lost, said once: Ray runs it again elsewhere."""
@@ -121,5 +122,5 @@ class SweepStatus:
             self.lost_said.add(node)
             for i in sorted(self.running):
                 if self.seen.get(i, {}).get("node_id") == node:
-                    self.say(f"sweep: node {node_text(node)}'s loss hit trial {self.rows[i].trial}: Ray runs it again on "
+                    self.say(f"sweep: node {self.name_of_node(node)}'s loss hit trial {self.rows[i].trial}: Ray runs it again on "
                              f"another node, from its last checkpoint (update {self.seen[i].get('updates')} or later)")

@@ -33,6 +33,7 @@ from ray_setup.head_watch import HeadWatch
 from ray_setup.installed import import_ray
 from ray_setup.joining import cluster_refusal, prepare_to_join
 from ray_setup.loopback import LOCAL_ONLY_VARIABLE
+from ray_setup.nodes import name_of, node_names
 from ray_setup.private import start_private_ray, stop_ray
 from ray_setup.ray_internals import driver_logs_dir, internals_refusal, route_published_errors
 
@@ -68,6 +69,7 @@ class RayConnection:
         self._started = False  # ray.init was called (a failed start leaves processes to stop too)
         self._undo: list[Callable[[], None]] = []  # Ray's patches, fd 2, the environment: put back last to first
         self.nodes_lost: list[str] = []  # Ray's ids of the nodes the cluster said it lost, in order
+        self.names: dict[str, str] = {}  # Ray's node id -> its name (ray_setup/nodes.py)
 
     def __enter__(self) -> RayConnection:
         own_sigterm = signal.getsignal(signal.SIGTERM)
@@ -101,6 +103,7 @@ class RayConnection:
         raylet = [(n["NodeManagerAddress"], int(n["NodeManagerPort"])) for n in ray.nodes()
                   if n["Alive"] and "node:__internal_head__" in n["Resources"]][:1]
         self.watch = HeadWatch(self.address, raylet).start()
+        self.names = node_names(ray)
         self._undo.append(_client_logs_to(driver_logs_dir() / f"driver-{os.getpid()}-client.log"))
 
     def __exit__(self, *exc: object) -> None:
@@ -139,8 +142,14 @@ class RayConnection:
         for line in lines:
             if (match := _NODE_DEAD.search(line)) and match[1] not in self.nodes_lost:
                 self.nodes_lost.append(match[1])
-                print(f"ray: node {match[1][:12]} ({match[2]}) was lost; what ran there is replaced on the other "
-                      "nodes (Ray's account is in that node's Ray logs)", file=sys.stderr, flush=True)
+                print(f"ray: node {self.node_name(match[1])} was lost ({match[2]}, Ray's id {match[1][:12]}); what ran there "
+                      "is replaced on the other nodes (Ray's account is in that node's Ray logs)", file=sys.stderr, flush=True)
+
+    def node_name(self, node_id: str | None) -> str:
+        """`node_id`'s name, the cluster asked again for a node it did not know (one added since)."""
+        if node_id is not None and node_id not in self.names and self.ray is not None:
+            self.names.update(node_names(self.ray))
+        return name_of(self.names, node_id)
 
 
 def _restore(saved: dict[str, str | None]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import stat
 import threading
@@ -80,6 +81,10 @@ def test_a_sweeps_trials_spread_over_nodes_and_its_csv_names_each_trials_node(lo
     assert [r["status"] for r in rows] == ["completed", "completed"]
     nodes = [r["node_id"] for r in rows]
     assert len(set(nodes)) == 2 and set(nodes) <= {n["node_id"] for n in local_cluster.nodes()}, nodes
+    names = {n["node_id"]: n["name"] for n in local_cluster.nodes()}
+    assert [r["node_name"] for r in rows] == [names[node] for node in nodes], rows  # the name beside Ray's id
+    for node in nodes:  # the final table names each trial's node
+        assert re.search(rf"^\d+ +\d+ +- +\d+ +completed +0 +{re.escape(names[node])} ", result.stderr, re.M), result.stderr[-3000:]
     for row in rows:  # each trial's own summary says the same node
         assert json.loads((Path(row["run_dir"]) / "summary.json").read_text())["node_id"] == row["node_id"]
     assert cli.leftovers() == []
@@ -110,6 +115,8 @@ def test_a_populations_members_spread_over_nodes_and_its_lineage_names_them(loca
         [row] = list(csv.DictReader(f))  # the one exploit, after update 1
     ids = {n["node_id"] for n in local_cluster.nodes()}
     assert row["node_id"] != row["donor_node_id"] and {row["node_id"], row["donor_node_id"]} <= ids, row
+    names = {n["node_id"]: n["name"] for n in local_cluster.nodes()}  # each member's line names its node (issue 71)
+    assert f"  member {row['member']} (node {names[row['node_id']]}): at update 1" in result.stderr, result.stderr[-3000:]
     assert cli.leftovers() == []
 
 
@@ -166,11 +173,17 @@ def test_a_runs_actors_spread_over_nodes_and_one_lost_with_its_node_is_replaced_
     assert summary["env_steps"] == 2 * 2 * 8  # every update's steps once: none counted twice
     assert summary["ray_nodes"][:2] == used and set(summary["ray_nodes"]) == ids, summary  # the new actor's node added
     assert summary["node_id"] in ids  # the node the driver joined through
-    assert "replaced it (restart 1)" in err, err[-3000:]
+    # Every node named as the tool named it (issue 71): where the actors were placed, the lost one,
+    # where the replacement went; the summary keeps Ray's ids beside the names.
+    names = {n["node_id"]: n["name"] for n in local_cluster.nodes()}
+    assert f"its 2 Ray actors run on 2 nodes: {names[used[0]]} (1 actor), {names[used[1]]} (1 actor)" in err, err[-3000:]
+    assert f"replaced it (restart 1) on {names[summary['ray_nodes'][2]]} during update" in err, err[-3000:]
+    assert summary["ray_node_names"] == [names[node] for node in summary["ray_nodes"]], summary
+    assert summary["node_name"] == names[summary["node_id"]], summary
     assert "state-dump" not in err and "Raylet is terminated" not in err, err[-3000:]  # Ray's account stays in its logs
     assert [line for line in err.splitlines() if "was lost" in line] == [
-        f"ray: node {victim['node_id'][:12]} (127.0.0.1) was lost; what ran there is replaced on the other nodes "
-        "(Ray's account is in that node's Ray logs)"], err[-3000:]
+        f"ray: node {victim['name']} was lost (127.0.0.1, Ray's id {victim['node_id'][:12]}); what ran there is replaced on "
+        "the other nodes (Ray's account is in that node's Ray logs)"], err[-3000:]
     with (summary_path.parent / "updates.csv").open() as f:
         assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2]
     assert cli.leftovers() == []

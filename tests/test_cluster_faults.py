@@ -125,8 +125,8 @@ def lost_lines(err: str) -> list[str]:
 
 
 def our_line(node: dict) -> str:
-    return (f"ray: node {node['node_id'][:12]} (127.0.0.1) was lost; what ran there is replaced on the other nodes "
-            "(Ray's account is in that node's Ray logs)")
+    return (f"ray: node {node['name']} was lost (127.0.0.1, Ray's id {node['node_id'][:12]}); what ran there is replaced on "
+            "the other nodes (Ray's account is in that node's Ray logs)")
 
 
 def test_a_worker_node_lost_mid_sweep_reruns_its_trial_from_its_checkpoint_elsewhere_and_keeps_the_finished_one(
@@ -168,11 +168,12 @@ def test_a_worker_node_lost_mid_sweep_reruns_its_trial_from_its_checkpoint_elsew
     assert rows[victim_run]["env_steps"] == "16"
     assert lost_lines(err) == [our_line(victim)], err[-3000:]
     # Which trial the loss hit, where it went and from which update (experiments/sweep_status.py), and its retry counted.
-    trial = rows[victim_run]["trial"]
-    assert (f"sweep: node {victim['node_id'][:8]}'s loss hit trial {trial}: Ray runs it again on another node, "
+    trial, names = rows[victim_run]["trial"], {n["node_id"]: n["name"] for n in nodes}
+    assert (f"sweep: node {victim['name']}'s loss hit trial {trial}: Ray runs it again on another node, "
             "from its last checkpoint (update 1 or later)") in err, err[-3000:]
-    assert (f"sweep: trial {trial} ran again (retry 1) on node {new_node[:8]}, from update 1 (its last checkpoint); "
-            f"it ran on node {victim['node_id'][:8]}") in err, err[-3000:]
+    assert (f"sweep: trial {trial} ran again (retry 1) on node {names[new_node]}, from update 1 (its last checkpoint); "
+            f"it ran on node {victim['name']}") in err, err[-3000:]
+    assert rows[victim_run]["node_name"] == names[new_node]
     assert (rows[victim_run]["retries"], rows[kept_run]["retries"]) == ("1", "0")
     assert "state-dump" not in out + err and "Raylet is terminated" not in out + err, err[-3000:]
     assert cli.leftovers() == []

@@ -54,7 +54,7 @@ def test_two_trial_sweep_runs_full_runs_and_ranks_them(cli, tmp_path: Path) -> N
         # labml's comment, which the dashboard lists beside the run: the sweep (its table's name) and the trial.
         run_yaml = yaml.safe_load((Path(row["run_dir"]) / "run.yaml").read_text())
         assert run_yaml["comment"] == f"results trial {row['trial']}", run_yaml
-    assert "rank  trial  score_mean_100  games  status     retries  learning_rate" in result.stderr, result.stderr
+    assert re.search(r"^rank +trial +score_mean_100 +games +status +retries +node +learning_rate +run_uuid$", result.stderr, re.M), result.stderr
     # The trials' status as they ran (experiments/sweep_status.py): a block at each change, the last
     # one with both trials ended, on their nodes, none run again.
     blocks = result.stderr.split("sweep after ")[1:]

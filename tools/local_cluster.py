@@ -7,7 +7,8 @@ Once every node is up it prints, one `NAME=value` a line, what a driver needs to
 `export` (`eval "$(…)"` or copy them): `RAY_ADDRESS` (the head's GCS), `RAY_AUTH_TOKEN_PATH` (the
 cluster's token: 256 random bits in a 0600 file inside a fresh 0700 folder, made before any node
 starts) and `LOCAL_CLUSTER_NODES` (a JSON file naming each node: its Ray node id, its raylet's pid
-and its supervising process's pid; kill a raylet to lose that node). A SIGUSR1 starts every lost
+and its supervising process's pid; kill a raylet to lose that node). Each node is named (`head`,
+`node-1`, …) by its Ray label `name`, which drivers show for it (ray_setup/nodes.py). A SIGUSR1 starts every lost
 worker node again, under its name, and rewrites that file. It runs until SIGTERM or SIGINT, then
 stops every node (workers first, the head last; by pid) and removes its folder.
 
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_setup.loopback import LOCAL_ONLY_VARIABLE, LOOPBACK
+from ray_setup.nodes import NAME_LABEL
 from ray_setup.token_folder import CLUSTER_PREFIX, TOKEN_FILE, make_token_folder
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -62,6 +64,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--node", choices=("head", "worker"), help=argparse.SUPPRESS)  # one node's own process
     parser.add_argument("--gcs", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--name", help=argparse.SUPPRESS)  # the node's name, its Ray label (ray_setup/nodes.py)
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 16:
         parser.error(f"--nodes {args.nodes}: expected an integer from 1 to 16")
@@ -107,7 +110,7 @@ def run_node(args: argparse.Namespace) -> int:
     options: dict[str, Any] = dict(num_cpus=args.cpus_per_node, num_gpus=0, node_ip_address=LOOPBACK,
                                    temp_dir=str(Path(args.folder) / "ray"), include_dashboard=False,
                                    object_store_memory=OBJECT_STORE_BYTES, min_worker_port=0, max_worker_port=0,
-                                   node_manager_port=0)
+                                   node_manager_port=0, labels={NAME_LABEL: args.name or args.node})
     if head:
         # A lost node noticed in about 3 s rather than Ray's 30: until then the scheduler may still
         # place a replacement on it.
@@ -183,7 +186,9 @@ class Cluster:
         """One node (named `name`, or after its place), returned once up. One at a time, and tried
         again once: Ray gives a raylet 30 s to register, which a loaded machine of 2 cores starting
         several at once can miss."""
-        argv = [sys.executable, str(Path(__file__).resolve()), "--node", kind, "--cpus-per-node", str(cpus), "--folder", str(self.folder)]
+        name = name or ("head" if kind == "head" else f"node-{len(self.named()) + 1}")
+        argv = [sys.executable, str(Path(__file__).resolve()), "--node", kind, "--cpus-per-node", str(cpus), "--folder", str(self.folder),
+                "--name", name]
         if gcs is not None:
             argv += ["--gcs", gcs]
         if private is not None:
@@ -201,7 +206,6 @@ class Cluster:
             print(f"local_cluster: a {kind} node did not start (exit {process.returncode}); trying again", file=sys.stderr, flush=True)
         _, address, node_id, raylet = line.split()
         info = self.nodes[-1][1]
-        name = name or ("head" if kind == "head" else f"node-{len(self.named()) + 1}")
         info.update({"name": name, "node_id": node_id, "raylet_pid": int(raylet), "process_pid": process.pid, "gcs_address": address,
                      "private_folder": private})
         self.write_nodes()

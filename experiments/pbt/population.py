@@ -52,7 +52,8 @@ def run_segment(connection: RayConnection, population: Population, target: int, 
         result = end.summary
         failures[end.key] = (end.error if result is None else
                              None if result["exit_code"] == 0 else f"{result['status']}: {result.get('error')}")
-        log(f"  member {end.key}: {'at update ' + str(target) if failures[end.key] is None else 'failed: ' + str(failures[end.key])}")
+        where = f" (node {result['node_name']})" if result is not None and result.get("node_name") else ""
+        log(f"  member {end.key}{where}: {'at update ' + str(target) if failures[end.key] is None else 'failed: ' + str(failures[end.key])}")
 
     def hand_out(running: frozenset[int]) -> bool:
         """The values queued for running members, offered to the dashboard; whether some still wait."""

@@ -39,6 +39,7 @@ from ppo.resume_point import thawed
 from ppo.seeding import derive_seeds
 from ppo.trainer import NonFiniteLoss, Trainer, UpdateAbandoned
 from ray_setup.installed import ray_node_id
+from ray_setup.nodes import this_node_name
 
 FAULTS = (NonFiniteLoss, WorkerKeepsFailing, PoolError)  # stop the run; its last good state is kept
 
@@ -118,6 +119,8 @@ class TrainingRun:
                 return self._ended_at_start()
             raise
         with pool:
+            if hasattr(pool, "placed_on"):  # Ray actors: where they were placed
+                self.say(f"its {config.n_workers} Ray actor{'s' if config.n_workers > 1 else ''} run on {pool.placed_on()}")
             trainer = Trainer(config, pool, seeds, device, self.labml.live_values, on_event=self.say)
             trainer.should_stop = lambda: self.stop.requested is not None  # honoured between minibatches
             try:
@@ -278,7 +281,9 @@ class TrainingRun:
             "precision": trainer.precision,  # what `auto` became here
             "machines": leg.machines,
             "node_id": ray_node_id(),  # the Ray node the trainer ran on (a sweep trial's, a member's), if any
+            "node_name": this_node_name(),  # its name (ray_setup/nodes.py)
             "ray_nodes": getattr(trainer.pool, "nodes_used", lambda: None)(),  # Ray's node ids, for --backend ray
+            "ray_node_names": getattr(trainer.pool, "node_names_used", lambda: None)(),  # their names, in the same order
             "sps": (trainer.env_steps - leg.first_steps) / elapsed if trainer.update > leg.first_update else None,
             "wall_time_s": elapsed,  # this leg's; the run's, all legs together:
             "run_wall_time_s": leg.earlier_s + elapsed,

@@ -280,7 +280,12 @@ class EnvPool(ABC):
         self.restarts += 1
         # A new seed for the replacement: replaying the seed that just failed could fail again.
         self.restart_worker(failure.worker, seed_offset=self.restarts * RESEED_STRIDE)
-        self.on_restart(f"{str(failure).splitlines()[0]}; replaced it (restart {self.restarts}) during update {tick + 1}")
+        self.on_restart(f"{str(failure).splitlines()[0]}; replaced it (restart {self.restarts}){self.where(failure.worker)} "
+                        f"during update {tick + 1}")
+
+    def where(self, worker: int) -> str:
+        """Where `worker` runs, for a person (`" on node-2"`); nothing where all run here."""
+        return ""
 
     def _step_batch(self, workers: range, replies: Mapping[int, StepEvents | None]) -> StepBatch:
         envs = slice(workers.start * self.envs_per_worker, workers.stop * self.envs_per_worker)

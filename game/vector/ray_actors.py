@@ -35,6 +35,7 @@ from game.vector.pool import EnvPool, RestartPolicy
 from game.vector.protocol import ClusterLost, Command, PoolError, RemoteError, WorkerDied, WorkerError, WorkerTimeout
 from ray_setup.connection import RayConnection
 from ray_setup.installed import import_ray, ray_connected
+from ray_setup.nodes import name_of, node_names
 from ray_setup.ray_internals import actor_id_of
 
 __all__ = ["EnvActor", "RayPool"]
@@ -91,6 +92,7 @@ class RayPool(EnvPool):
         self._actors: dict[int, Any] = {}
         self._pending: dict[int, Any] = {}  # worker -> ObjectRef of its call in flight
         self._nodes: dict[str, None] = {}  # node id -> None: the nodes used, in order
+        self._names: dict[str, str] = {}  # node id -> its name (ray_setup/nodes.py), as the cluster gave it
         self._lost = False  # its head was lost: the actors went with it
         if not ray_connected():
             self._connect(address, len(specs) // envs_per_worker)
@@ -120,11 +122,32 @@ class RayPool(EnvPool):
         super()._await_start(worker, timeout_s, attempts)
         if (node := self._info[worker].get("node_id")) is not None:
             self._nodes.setdefault(node)
+            if node not in self._names:  # a node not seen before (a replacement's): ask the cluster its name
+                self._names.update(node_names(self._ray))
 
     def nodes_used(self) -> list[str]:
         """The Ray node id of every node an actor of this pool ran on, replaced ones' included, in
         the order first used (nodes on one machine share its address: the id tells them apart)."""
         return list(self._nodes)
+
+    def node_names_used(self) -> list[str]:
+        """The names of `nodes_used`, in the same order (ray_setup/nodes.py)."""
+        return [self.node_name(node) for node in self._nodes]
+
+    def node_name(self, node_id: str | None) -> str:
+        return name_of(self._names, node_id)
+
+    def placed_on(self) -> str:
+        """Where the actors run now, as a person reads it: `2 nodes: node-1 (2 actors), node-2 (2 actors)`."""
+        counts: dict[str, int] = {}
+        for w in range(self.n_workers):
+            name = self.node_name(self._info[w].get("node_id"))
+            counts[name] = counts.get(name, 0) + 1
+        listed = ", ".join(f"{name} ({n} actor{'s' if n > 1 else ''})" for name, n in counts.items())
+        return f"{len(counts)} node{'s' if len(counts) > 1 else ''}: {listed}"
+
+    def where(self, worker: int) -> str:
+        return f" on {self.node_name(self._info[worker].get('node_id'))}"
 
     def worker_pids(self) -> list[int]:
         return [self._info[w]["pid"] for w in range(self.n_workers)]
@@ -256,6 +279,5 @@ class RayPool(EnvPool):
         info = self._info[worker]
         actor = self._actors.get(worker)
         actor_id = info.get("actor_id") or (actor_id_of(actor) if actor is not None else "?")
-        node = f" (node {info['node_id'][:12]})" if "node_id" in info else ""
-        where = f", pid {info['pid']} on {info['node']}{node}" if "pid" in info else ""
+        where = f", pid {info['pid']} on {self.node_name(info.get('node_id'))}" if "pid" in info else ""
         return f"Ray actor {actor_id}{where}"
