@@ -7,6 +7,8 @@
 - `private`: starting and stopping a private Ray (this user alone, loopback only);
 - `joining`: the checks before a driver joins a cluster (its token, the address), and the join;
 - `head_watch`: a cluster's head looked at from a thread, its loss an event;
+- `nodes`: a node's name for people (its label `name`, else its host and a short id);
+- `driver_log`: Ray's own messages to a driver on a cluster, kept in one file of its logs;
 - `connection`: `RayConnection`, a driver's one connection to Ray: start or join, the head's watch,
   SIGTERM kept, Ray's patches put back, shutdown;
 - `ray_internals`: every private name of Ray this project reads or changes, and what to re-check

@@ -11,24 +11,22 @@ It owns, in the order they are set up and undone in reverse:
 - on a cluster, the head's watch (ray_setup/head_watch.py): `head_lost` is a fact the driver reads
   between waits, never a signal;
 - on a cluster, Ray's messages: what the cluster publishes as errors no longer reaches the driver's
-  stdout (a node lost becomes one line of ours on stderr), and the lines Ray's C++ client writes to
-  file descriptor 2 in its own format (a task whose node was lost, a GCS gone) go to the session's
-  log folder; both are put back on exit.
+  stdout (a node lost becomes one line of ours on stderr), and Ray's own advice, warnings and client
+  lines go to one file of the session's logs, said once (ray_setup/driver_log.py); both are put back
+  on exit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import signal
 import sys
-import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from ray_setup.driver_log import DriverRayLog
 from ray_setup.head_watch import HeadWatch
 from ray_setup.installed import import_ray
 from ray_setup.joining import cluster_refusal, prepare_to_join
@@ -96,6 +94,9 @@ class RayConnection:
         if (refusal := internals_refusal()) is not None:
             raise RuntimeError(refusal)
         runtime_env = {**self.runtime_env, "env_vars": {**self.runtime_env.get("env_vars", {}), **self.env}}
+        ray_log = DriverRayLog()
+        ray_log.hold()
+        self._undo.append(ray_log.stop)
         self._started = True
         ray.init(address=self.address, runtime_env=runtime_env, **self.options)
         self.ray = ray
@@ -104,7 +105,7 @@ class RayConnection:
                   if n["Alive"] and "node:__internal_head__" in n["Resources"]][:1]
         self.watch = HeadWatch(self.address, raylet).start()
         self.names = node_names(ray)
-        self._undo.append(_client_logs_to(driver_logs_dir() / f"driver-{os.getpid()}-client.log"))
+        ray_log.start(driver_logs_dir() / f"driver-{os.getpid()}.log")
 
     def __exit__(self, *exc: object) -> None:
         self.ray = None
@@ -158,39 +159,3 @@ def _restore(saved: dict[str, str | None]) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-
-
-_CLIENT_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] ")
-_END = b"\0end of the driver's stderr\0\n"
-
-
-def _client_logs_to(path: Path) -> Callable[[], None]:
-    """From here on, file descriptor 2 is a pipe: the lines Ray's C++ client writes there in its own
-    format go to `path` (while it can be written), every other line to the real stderr. Returns what
-    puts fd 2 back, once every line written before has been passed on."""
-    sys.stderr.flush()
-    real, (read, write) = os.dup(2), os.pipe()
-    os.dup2(write, 2)
-    os.close(write)
-
-    def pump() -> None:
-        with os.fdopen(read, "rb") as lines:
-            for line in lines:
-                if line == _END:
-                    return
-                if _CLIENT_LOG_LINE.match(line):
-                    with contextlib.suppress(OSError), path.open("ab") as log:
-                        log.write(line)
-                else:
-                    os.write(real, line)
-
-    pumping = threading.Thread(target=pump, name="ray-client-log", daemon=True)
-    pumping.start()
-
-    def put_back() -> None:
-        sys.stderr.flush()
-        os.write(2, _END)
-        pumping.join(timeout=10)
-        os.dup2(real, 2)
-        os.close(real)
-    return put_back
