@@ -27,8 +27,7 @@ from configs.files import atomic_write
 from configs.launch import config_from_overrides
 from configs.ppo import ConfigError, PPOConfig, live_ranges, live_value_problem
 from experiments.pbt.explore import check_explored
-from experiments.run.folders import RunFolder, publish
-from experiments.run.safe_files import check_plain_folder
+from experiments.run.folders import RunFolder, check_plain_folder, publish
 from game.atari import is_known_game
 
 STATE = "population.json"

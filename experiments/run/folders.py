@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from configs.fields import ConfigError
 from configs.files import fsync_folder
-from experiments.run.safe_files import UnsafeRunFolder, check_plain_folder, remove_dead_writers_files
+from experiments.run.safe_files import UnsafeRunFolder, remove_dead_writers_files
 
 RUN_UUID = re.compile(r"[0-9a-f]{32}")  # labml's, and a sweep's trials'
 RUN_ID = re.compile(r"[0-9a-f]{8,32}")  # a uuid, or the first 8 or more of its digits (the dashboard shows 8)
@@ -34,6 +34,7 @@ WRITTEN_IN_PLACE = ("configs.yaml", "run.yaml", "indicators.yaml", "source.diff"
 # Our files in a run folder. Every checkpoint a run keeps, newest first: one bad state never loses the run.
 SUMMARY, GAMES, UPDATES, RUN_PID = "summary.json", "games.csv", "updates.csv", "run.pid"
 CHECKPOINTS = ("checkpoints/checkpoint.pt", "checkpoints/checkpoint.1.pt", "checkpoints/checkpoint.2.pt")
+MAX_ENTRIES = 100_000  # a run folder holds tens of files (a filmed run: one video per filmed update)
 # What the cells of a record may hold (`read_record`), and how a refusal says it.
 CELL_KINDS = {"int": "an integer", "float": "a number", "float?": "a number", "whole": "a whole number", "bool": "0 or 1"}
 
@@ -62,6 +63,34 @@ def publish(path: Path) -> None:
         os.fchmod(fd, file_mode())
     finally:
         os.close(fd)
+
+
+def check_plain_folder(folder: Path, second_name: Callable[[Path], str | None]) -> None:
+    """Refuse (`UnsafeRunFolder`) a folder that is itself a link (or whose parent is), or that holds a
+    symbolic link, a device, a FIFO or a socket anywhere, or a file with a second hard link where
+    `second_name(path)` says why that is harmful (None where a second name is harmless). Only `lstat`
+    is used: nothing is opened, so nothing is read through a link."""
+    for path in (folder.parent, folder):
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise UnsafeRunFolder(f"{path} is a symbolic link, not a folder")
+    seen, pending = 0, [folder]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                seen += 1
+                if seen > MAX_ENTRIES:
+                    raise UnsafeRunFolder(f"{folder} holds over {MAX_ENTRIES:,} files and folders")
+                info, path = entry.stat(follow_symlinks=False), Path(entry.path)
+                if stat.S_ISLNK(info.st_mode):
+                    raise UnsafeRunFolder(f"{path} is a symbolic link, which would be read or written through")
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(path)
+                elif not stat.S_ISREG(info.st_mode):
+                    raise UnsafeRunFolder(f"{path} is not a regular file (a device, FIFO or socket)")
+                elif info.st_nlink > 1 and (why := second_name(path)) is not None:
+                    raise UnsafeRunFolder(f"{path} has {info.st_nlink} hard links, and {why} "
+                                          "(the file of its other names would change too)")
+
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,8 @@
 """Reading and writing files in a folder that is input, not only output: whoever may write the data
-dir (a shared `--data-dir`, a copied run) may have put anything in it. `check_plain_folder` refuses a
-folder that holds a link where a file belongs, before a byte of it is read (a run folder's check,
-`RunFolder.check`, and a population folder's, experiments/pbt/state.py); `open_own_file` opens a
-file to write without following a link; `remove_dead_writers_files` removes the temp files a killed
-writer left.
+dir (a shared `--data-dir`, a copied run) may have put anything in it. A folder is checked whole
+before a byte of it is read (`check_plain_folder` in experiments/run/folders.py); then
+`open_own_file` opens a file to write without following a link, and `remove_dead_writers_files`
+removes the temp files a killed writer left.
 
 labml opens `configs.yaml`, `run.yaml`, `indicators.yaml`, `source.diff`, `run_log.jsonl` and
 `run.pid` with a plain `open(path, "w"/"a")`, which follows a symbolic link and writes into a hard
@@ -20,7 +19,6 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 # What a writer of this project leaves when it is killed mid-write, and nothing else: the temp
@@ -28,38 +26,8 @@ from pathlib import Path
 # checkpoint and the hard link of a rotation (`experiments.run.folders.rotate_in`).
 DEAD_WRITERS_FILES = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp|\.checkpoint\.pt\.next|\.checkpoint\.\d+\.pt\.link")
 
-MAX_ENTRIES = 100_000  # a run folder holds tens of files (a filmed run: one video per filmed update)
-
-
 class UnsafeRunFolder(ValueError):
     """A run folder that must not be read or written: the message names the path and what is wrong."""
-
-
-def check_plain_folder(folder: Path, second_name: Callable[[Path], str | None]) -> None:
-    """Refuse (`UnsafeRunFolder`) a folder that is itself a link (or whose parent is), or that holds a
-    symbolic link, a device, a FIFO or a socket anywhere, or a file with a second hard link where
-    `second_name(path)` says why that is harmful (None where a second name is harmless). Only `lstat`
-    is used: nothing is opened, so nothing is read through a link."""
-    for path in (folder.parent, folder):
-        if not stat.S_ISDIR(os.lstat(path).st_mode):
-            raise UnsafeRunFolder(f"{path} is a symbolic link, not a folder")
-    seen, pending = 0, [folder]
-    while pending:
-        with os.scandir(pending.pop()) as entries:
-            for entry in entries:
-                seen += 1
-                if seen > MAX_ENTRIES:
-                    raise UnsafeRunFolder(f"{folder} holds over {MAX_ENTRIES:,} files and folders")
-                info, path = entry.stat(follow_symlinks=False), Path(entry.path)
-                if stat.S_ISLNK(info.st_mode):
-                    raise UnsafeRunFolder(f"{path} is a symbolic link, which would be read or written through")
-                if stat.S_ISDIR(info.st_mode):
-                    pending.append(path)
-                elif not stat.S_ISREG(info.st_mode):
-                    raise UnsafeRunFolder(f"{path} is not a regular file (a device, FIFO or socket)")
-                elif info.st_nlink > 1 and (why := second_name(path)) is not None:
-                    raise UnsafeRunFolder(f"{path} has {info.st_nlink} hard links, and {why} "
-                                          "(the file of its other names would change too)")
 
 
 def open_own_file(path: Path, flags: int) -> int:
