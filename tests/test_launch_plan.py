@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -114,25 +112,25 @@ def test_the_plan_is_immutable_all_the_way_down_and_the_trainer_copies_its_tenso
 @pytest.mark.slow
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="the walk names a nested function's holder from Python 3.11")
 def test_both_start_up_paths_stay_within_their_counted_stays_files_and_climbs(tmp_path: Path) -> None:
-    # docs/architecture.md "Start-up, call by call", counted by its tool as the docs run it: a fresh
-    # process from `main` to the `TrainingRun` of a new run and of a resume of the smoke run.
-    summary = run_once(Cli(), tmp_path, *SMOKE)
-    for argv, bounds in ((["--data-dir", str(tmp_path / "new"), "--updates", "2", "--n-workers", "2", "--worker-steps", "16"], (26, 10, 3)),
-                         (["--data-dir", str(tmp_path), "--resume", summary["run_uuid"]], (39, 15, 7))):
-        walked = subprocess.run([sys.executable, str(REPO / "tools" / "startup_walk.py"), *argv], cwd=REPO, capture_output=True,
-                                text=True, timeout=300)
-        assert walked.returncode == 0, walked.stdout[-3000:] + walked.stderr[-3000:]
-        lines = walked.stdout.splitlines()
-        assert lines[0].split() == ["1", "experiments/breakout.py", "main"], lines[:3]
-        assert lines[-2].split()[1:] == ["experiments/run/lifecycle.py", "climb", "TrainingRun.__init__"], lines[-3:]
-        found = re.fullmatch(r"(\d+) stays in (\d+) files, (\d+) climbs", lines[-1])
-        assert found and all(int(n) <= most for n, most in zip(found.groups(), bounds, strict=True)), (lines[-1], bounds)
+    # docs/architecture.md "Start-up, call by call", counted by its tool (tools/ is no package) in
+    # this process, with the docs' options: from `main` to the `TrainingRun` of a new run and of a
+    # resume of the smoke run.
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("startup_walk", REPO / "tools" / "startup_walk.py")
     assert spec is not None and spec.loader is not None
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    summary = run_once(Cli(), tmp_path, *SMOKE)
+    for argv, (most_stays, most_files, most_climbs) in (
+            (["--data-dir", str(tmp_path / "new"), "--updates", "2", "--n-workers", "2", "--worker-steps", "16"], (26, 10, 3)),
+            (["--data-dir", str(tmp_path), "--resume", summary["run_uuid"]], (39, 15, 7))):
+        stays, refused = tool.walk(argv)
+        assert refused is None, (argv, stays)
+        assert (stays[0].file, stays[0].calls[0]) == ("experiments/breakout.py", "main")
+        assert (stays[-1].file, stays[-1].calls[-1]) == ("experiments/run/lifecycle.py", "TrainingRun.__init__")
+        counts = (len(stays), len({s.file for s in stays}), tool.climbs(stays))
+        assert all(n <= most for n, most in zip(counts, (most_stays, most_files, most_climbs), strict=True)), (counts, stays)
     x, y = "experiments/x.py", "configs/y.py"  # the rule itself: consecutive functions in one file are one stay
     assert tool.stays_of([(x, "f"), (x, "g"), (y, "h"), (x, "k")]) == [tool.Stay(x, ("f", "g"), 3), tool.Stay(y, ("h",), 1),
                                                                         tool.Stay(x, ("k",), 3)]
