@@ -64,6 +64,7 @@ def read_resume_point(paths: Sequence[Path]) -> ResumePoint:
         try:
             try:
                 config = PPOConfig.from_dict(checkpoint.config)
+                n_envs = config.n_envs
             except (ConfigError, TypeError) as e:
                 raise CheckpointError(f"the checkpoint holds a config of another version ({e})") from None
             if not is_known_game(config.game):
@@ -72,7 +73,7 @@ def read_resume_point(paths: Sequence[Path]) -> ResumePoint:
                 raise CheckpointError(f"the checkpoint's config has relaunch {config.relaunch!r}: expected {refusal}")
             check_fits(checkpoint, len(action_meanings(config.game)), config.frame_stack, config.game)
             check_random_states(checkpoint)
-            if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, config.n_envs)):
+            if checkpoint.env_states is not None and (problem := states_problem(checkpoint.config, checkpoint.env_states, n_envs)):
                 raise CheckpointError(f"the checkpoint's {problem}; nothing was started")
         except CheckpointError as e:
             raise CheckpointError(refusal_of(path, e)) from None
@@ -138,6 +139,11 @@ def thawed(value: Any) -> Any:
     return value
 
 
+def _fields(checkpoint: Checkpoint | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A checkpoint's fields by name, whether a `Checkpoint` or a checkpoint file's dict."""
+    return vars(checkpoint) if isinstance(checkpoint, Checkpoint) else checkpoint
+
+
 def check_fits(checkpoint: Checkpoint | Mapping[str, Any], n_actions: int, frame_stack: int, game: str = "this game",
                into: nn.Module | None = None) -> None:
     """Refuse (`CheckpointError`) a checkpoint whose model is not an `ActorCritic(n_actions, frame_stack)`
@@ -145,9 +151,8 @@ def check_fits(checkpoint: Checkpoint | Mapping[str, Any], n_actions: int, frame
     `n_actions` they are, for the message. `into`:
     a model of that shape to load the weights into when they fit; without it a scratch one is built,
     only to check."""
-    if isinstance(checkpoint, Checkpoint):
-        checkpoint = checkpoint.stored()
-    saved = saved_n_actions(checkpoint)
+    saved = checkpoint.n_actions if isinstance(checkpoint, Checkpoint) else saved_n_actions(checkpoint)
+    checkpoint = _fields(checkpoint)
     if saved != n_actions:
         raise CheckpointError(f"the checkpoint's model has {saved} actions; {game} has {n_actions}")
     stacked = checkpoint["config"].get("frame_stack", frame_stack)
@@ -186,8 +191,7 @@ GENERATOR_STATE_BYTES = {"cpu": torch.Generator().get_state().numel(), "cuda": 1
 def sampled_on(checkpoint: Checkpoint | Mapping[str, Any]) -> str:
     """The kind of device ("cpu" or "cuda") whose generator drew the checkpoint's actions: recorded
     as `sample_generator_device`, or (older checkpoints) told by the size of the state."""
-    if isinstance(checkpoint, Checkpoint):
-        checkpoint = checkpoint.stored()
+    checkpoint = _fields(checkpoint)
     recorded = checkpoint.get("sample_generator_device")
     if recorded is not None:
         return str(recorded)
@@ -199,8 +203,7 @@ def check_random_states(checkpoint: Checkpoint | Mapping[str, Any]) -> None:
     """Refuse (`CheckpointError`) a checkpoint whose action-sampling or shuffling state cannot be
     restored, before anything starts: restoring them is the resume's first step after the workers
     start, too late to refuse cleanly. Each state is tried on a scratch generator of its kind."""
-    if isinstance(checkpoint, Checkpoint):
-        checkpoint = checkpoint.stored()
+    checkpoint = _fields(checkpoint)
     state = checkpoint.get("sample_generator")
     kinds = " or ".join(f"the {n:,} bytes of a {kind.upper()} generator's state" for kind, n in GENERATOR_STATE_BYTES.items())
     if not (torch.is_tensor(state) and state.dtype == torch.uint8 and state.dim() == 1

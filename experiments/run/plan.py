@@ -138,7 +138,7 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
     # What the first leg's machine chose stays its choice while the resume keeps the grouping (the
     # dashboard's card says so, also to one that first hears of the run now); a regrouping is the user's.
     kept = (config.n_workers, config.envs_per_worker) == (saved.n_workers, saved.envs_per_worker)
-    check_can_start(config, folder.path, resumed=True)
+    check_can_start(config, (folder.path, folder.newest_checkpoint.parent), resumed=True)
     notes += regrouping_notes(saved, config)
     if saved.dashboard is not None and config.dashboard is None:
         notes.append(f"note: this run was sent to the dashboard {strip_userinfo(saved.dashboard)} before; "
@@ -147,7 +147,7 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
                       notes=tuple(notes), label=label)
 
 
-def check_can_start(config: PPOConfig, run_dir: Path | None = None, resumed: bool = False) -> None:
+def check_can_start(config: PPOConfig, run_dirs: tuple[Path, ...] = (), resumed: bool = False) -> None:
     """What the config cannot say about this machine, checked before any process starts or any
     file is written: the device exists and has the precision asked for, a Ray backend's Ray is
     recent enough, and the run's folder can be created and written. `ConfigError` (one line naming
@@ -162,7 +162,7 @@ def check_can_start(config: PPOConfig, run_dir: Path | None = None, resumed: boo
     if not resumed and config.fire_on_reset and (refusal := relaunch_refusal(config.game, config.relaunch)):
         raise ConfigError("relaunch", config.relaunch, refusal)
     data_dir = config.data_dir
-    targets = [Path(data_dir) / config.name] + ([run_dir, RunFolder.at(run_dir).newest_checkpoint.parent] if run_dir is not None else [])
+    targets = [Path(data_dir) / config.name, *run_dirs]  # a resume's folder and its checkpoints' too
     for target in targets:
         existing = target
         while not existing.exists() and existing != existing.parent:
