@@ -38,6 +38,7 @@ from configs.ppo import ConfigError, PPOConfig
 from configs.refusals import error_line, fail
 from configs.terminal import escaped
 from experiments.ray_tasks import Ending, TaskEnd, connection_for, remote_task, run_tasks, run_trial
+from experiments.run.console import say  # people's lines on stderr: stdout holds the compare address and the CSV path
 from experiments.run.stopping import signals_stop_as_ctrl_c
 from experiments.shared_data_dir import DataDirMark
 from experiments.sweep_resume import argv_of, go_on_command, lost_line, resumed_rows
@@ -49,11 +50,6 @@ from ray_setup.connection import RayConnection, connection_refusal
 from ray_setup.installed import ray_refusal
 
 PROG = "python -m experiments.sweep"
-def say(text: str) -> None:
-    """A line (or block) for people, on stderr: stdout holds what scripts read (the compare address, the CSV path last)."""
-    print(escaped(text, lines=True), file=sys.stderr, flush=True)  # a trial's status and error come from its run
-
-
 def run_sweep(connection: RayConnection, rows: list[TrialRow], fixed: dict[str, Any], cpus_per_trial: float,
               max_retries: int, max_concurrent: int | None, name: str, kept: frozenset[int] = frozenset()) -> Ending:
     """Every trial but those in `kept` (completed in a resumed sweep) as a Ray task; each row filled

@@ -94,7 +94,7 @@ class SweepStatus:
     def _read(self, i: int) -> None:
         row = self.rows[i]
         try:
-            summary = json.loads(RunFolder(self.summaries / row.run_uuid, row.run_uuid).summary.read_text())
+            summary = json.loads(RunFolder.at(self.summaries / row.run_uuid).summary.read_text())
         except (OSError, ValueError):
             return  # not written yet, or being replaced: the next look reads it
         if not isinstance(summary, dict):

@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import os
 import signal
-import sys
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -30,7 +29,6 @@ from configs.fields import MAX_UPDATES
 from configs.launch import config_from_overrides
 from configs.ppo import ConfigError
 from configs.refusals import error_line, fail
-from configs.terminal import escaped
 from configs.urls import strip_userinfo
 from dashboard.client import DashboardError, compare_line, set_hyperparams
 from experiments.pbt.explore import DEFAULT_EXPLORED, changes_text, check_explored, exploit
@@ -47,6 +45,7 @@ from experiments.pbt.state import (
     check_population_folder,
 )
 from experiments.ray_tasks import Ending, connection_for
+from experiments.run.console import say  # it may quote a dashboard, a member's error: escaped, on stderr
 from experiments.run.folders import RunFolder
 from experiments.run.safe_files import UnsafeRunFolder
 from experiments.run.stopping import signals_stop_as_ctrl_c
@@ -61,10 +60,6 @@ TWEAK = "python -m experiments.tweak"
 
 class PbtError(ValueError):
     """Bad input: one line, exit 2, before anything starts."""
-
-
-def say(line: str) -> None:
-    print(escaped(line, lines=True), file=sys.stderr, flush=True)  # it may quote a dashboard, a member's error
 
 
 def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
