@@ -32,7 +32,7 @@ from ray_setup.installed import import_ray
 from ray_setup.joining import cluster_refusal, prepare_to_join
 from ray_setup.loopback import LOCAL_ONLY_VARIABLE
 from ray_setup.nodes import name_of, node_names
-from ray_setup.private import start_private_ray, stop_ray
+from ray_setup.private import restore_environ, start_private_ray, stop_ray
 from ray_setup.ray_internals import driver_logs_dir, internals_refusal, route_published_errors
 
 
@@ -84,7 +84,7 @@ class RayConnection:
     def _connect(self) -> None:
         if self.address is None:
             saved = {name: os.environ.get(name) for name in self.env}
-            self._undo.append(lambda: _restore(saved))
+            self._undo.append(lambda: restore_environ(saved))
             os.environ.update(self.env)
             self._started = True
             self.ray = start_private_ray(self.num_cpus, **self.options)
@@ -151,11 +151,3 @@ class RayConnection:
         if node_id is not None and node_id not in self.names and self.ray is not None:
             self.names.update(node_names(self.ray))
         return name_of(self.names, node_id)
-
-
-def _restore(saved: dict[str, str | None]) -> None:
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value

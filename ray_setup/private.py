@@ -106,11 +106,16 @@ def stop_ray() -> None:
         ray.shutdown()
     if (replaced := _private.pop("replaced", None)) is not None:
         shutil.rmtree(_private["folder"] / "ray", ignore_errors=True)
-        for name, value in replaced.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        restore_environ(replaced)
+
+
+def restore_environ(saved: dict[str, str | None]) -> None:
+    """The variables of `saved` back as they were (None: unset), after a Ray set them for itself."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _end_processes_naming(ray_folder: Path) -> None:
