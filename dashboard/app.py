@@ -19,7 +19,8 @@ On top of the stock app this:
   later request, and caps what one run and the whole store may hold (see `usage`);
 - shows a run's latest evaluation video on its page, read from the trainer's runs folder
   (see `videos`);
-- compares runs: their curves of one metric overlaid, chosen from the runs list (see `compare`).
+- compares runs: their curves of one metric overlaid, chosen from the runs list (see `compare`),
+  on agent steps, training time or the wall clock noted as their points arrive (see `run_clock`).
 
 Where each part lives: `handlers` (the dashboard's own endpoints), `labml_app_patches`
 (every change made to labml-app: its set-up, store, routes, middleware and CORS), `guard` (Host,
@@ -56,6 +57,7 @@ from dashboard.labml_app_patches import (
     trust_only_origin,
 )
 from dashboard.lane import StoreLane
+from dashboard.run_clock import RunClock
 from dashboard.usage import MAX_RUN_BYTES, MAX_RUNS, MAX_STORE_BYTES, RunUsage
 from dashboard.videos import video_routes
 
@@ -87,14 +89,15 @@ def create_app(settings: DashboardSettings) -> FastAPI:
     hp_store = HyperParamStore(settings.data_dir / "hyperparams.json")
     usage = RunUsage(settings.data_dir / "usage.json", settings.max_run_bytes, settings.max_runs,
                      settings.max_store_bytes)
+    clock = RunClock(settings.data_dir / "run_clock")
     lane = StoreLane()
     handlers = DashboardHandlers(hp_store, usage, static_root, vendor_folders(settings.assets),
                                  build_index(static_root, settings.assets),
-                                 own_page(settings.assets, "hyperparams", "Live hyperparameters"), lane)
+                                 own_page(settings.assets, "hyperparams", "Live hyperparameters"), lane, clock)
     present_runs(hp_store)
-    give_back_on_delete(usage, hp_store)
+    give_back_on_delete(usage, hp_store, clock)
     replace_stock_routes(flask_app, first=[*handlers.routes(), chart_bundle_route(static_root), *video_routes(settings.runs_dir),
-                                           *compare_routes(hp_store, own_page(settings.assets, "compare", "Compare runs"))],
+                                           *compare_routes(hp_store, clock, own_page(settings.assets, "compare", "Compare runs"))],
                          last=handlers.catch_all_routes())
     serialize_store_writes(flask_app.app, lane, TRACK_PATH)
     answer_errors_as_json(flask_app)

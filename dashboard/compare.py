@@ -1,17 +1,24 @@
 """Runs side by side: the series of one metric for a few runs, for the comparison page.
 
 `GET /api/v1/compare?runs=UUID,UUID[,…]&metric=NAME` answers
-``{"metric": NAME, "metrics": [...], "runs": {UUID: {"name", "seed", "status", "start_time", "live", "steps",
-"values", "seconds"}}}``:
-the metric's steps and values as the dashboard keeps them from what each run sent (labml-app
-keeps at most 1024 points a series; a longer run's older points are merged, as its run page shows
-them), `metrics` every metric the runs recorded (the score first), `seed` the run's seed (None
-when it has none), `live` each live hyperparameter the run now uses at another value than it
-started with: ``{"start": …, "now": …}``, `status` labml's (`in progress`, `completed`, `interrupted`,
-`crashed`, `no response`, `unknown`), `start_time` when it began (seconds since the epoch),
-`seconds` the run's training time at each of the steps (`training_seconds`; empty when the run
-recorded no steps per second).  Without `metric`, the score when a run recorded it,
-else the first metric recorded.  A run that did not record the metric has empty steps and values.
+``{"metric": NAME, "metrics": [...], "score": SCORE, "runs": {UUID: {"name", "comment", "seed", "status",
+"start_time", "live", "steps", "values", "seconds", "wall_seconds"}}}``:
+
+- `steps`, `values`: the metric's, as the dashboard keeps them from what each run sent (labml-app
+  keeps at most 1024 points a series; a longer run's older points are merged, as its run page
+  shows them); empty for a run that did not record the metric;
+- `metrics`: every metric the runs recorded, the score first; `score`: the score's name (the page
+  explains its first point); without `metric`, the score when a run recorded it, else the first;
+- `comment`: labml's comment, which names a sweep's trial or a population's member ("NAME trial 2");
+- `seed`: the run's seed (None when it has none);
+- `live`: each live hyperparameter the run now uses at another value than it started with,
+  ``{"start": …, "now": …}``;
+- `status`: labml's (`in progress`, `completed`, `interrupted`, `crashed`, `no response`, `unknown`);
+- `start_time`: when it began (seconds since the epoch, the dashboard's clock);
+- `seconds`: the run's training time at each step (`training_seconds`; empty when the run
+  recorded no steps per second);
+- `wall_seconds`: the wall-clock seconds since the run started at each step, as the dashboard
+  noted its points arriving (`run_clock`; None where it has none).
 
 The answer is bounded: at most `MAX_COMPARED_RUNS` runs of at most 1024 points each.
 """
@@ -30,6 +37,7 @@ from starlette.routing import Route
 from dashboard.checks import RUN_UUID_RE
 from dashboard.client import MAX_COMPARED_RUNS
 from dashboard.hyperparams import HyperParamStore, as_declared, dynamic_specs
+from dashboard.run_clock import RunClock
 from dashboard.run_display import SCORE, seed_of
 from dashboard.web import BadRequest, json_endpoint
 
@@ -116,9 +124,10 @@ def number(x: Any) -> int | float:
 
 
 def compare_runs(run_uuids: list[str], metric: str | None,
-                 live_state: Callable[[str], Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
+                 live_state: Callable[[str], Mapping[str, Mapping[str, Any]]], clock: RunClock) -> dict[str, Any]:
     """The answer of `GET /api/v1/compare` (see the module's docstring); `live_state(run_uuid)` is
-    the dashboard's record of the run's live values (`HyperParamStore.get`)."""
+    the dashboard's record of the run's live values (`HyperParamStore.get`), `clock` when its
+    points arrived."""
     from labml_app.analyses.experiments.metrics import MetricsAnalysis
     from labml_app.db import run as run_db
 
@@ -138,21 +147,22 @@ def compare_runs(run_uuids: list[str], metric: str | None,
         steps = [] if series is None else [number(x) for x in series["step"]]
         values = [] if series is None else [float(x) for x in series["value"]]
         status = run_db.get_status(run_uuid)
-        answer[run_uuid] = {"name": r.name, "seed": seed_of(r.configs),
+        answer[run_uuid] = {"name": r.name, "comment": r.comment or "", "seed": seed_of(r.configs),
                             "status": status.get_data()["run_status"]["status"] if status is not None else "unknown",
                             "start_time": r.start_time,
                             "live": changed_live_values(r.configs, live_state(run_uuid)),
-                            "steps": steps, "values": values, "seconds": training_seconds(steps, tracking[run_uuid].get("sps"))}
-    return {"metric": metric, "metrics": recorded, "runs": answer}
+                            "steps": steps, "values": values, "seconds": training_seconds(steps, tracking[run_uuid].get("sps")),
+                            "wall_seconds": clock.seconds(run_uuid, r.start_time, steps)}
+    return {"metric": metric, "metrics": recorded, "score": SCORE, "runs": answer}
 
 
-def compare_routes(hp_store: HyperParamStore, page_html: str) -> list[Route]:
+def compare_routes(hp_store: HyperParamStore, clock: RunClock, page_html: str) -> list[Route]:
     """The comparison API and its page (`/compare?runs=UUID,…&metrics=NAME,…`; the page reads its
     own query and asks the API, which checks it)."""
 
     async def compare(request: Request) -> dict[str, Any]:
         run_uuids, metric = compare_query(request.query_params)
-        return compare_runs(run_uuids, metric, hp_store.get)
+        return compare_runs(run_uuids, metric, hp_store.get, clock)
 
     async def page(request: Request) -> Response:
         return HTMLResponse(page_html)

@@ -37,6 +37,7 @@ from dashboard.hyperparams import (
 )
 from dashboard.labml_app_patches import stock_track
 from dashboard.lane import StoreLane
+from dashboard.run_clock import RunClock
 from dashboard.run_display import initial_selected_configs, keep_machine_choices
 from dashboard.usage import RunUsage
 from dashboard.web import BadRequest, json_endpoint
@@ -56,14 +57,15 @@ class DashboardHandlers:
     `usage` caps what each run stores, `static_root` is labml-app's front-end folder, `vendor`
     the local copies of its CDN libraries by package, `index_html` its page with those links
     rewritten, `hyperparams_html` the live-hyperparameter page with the same links, `lane` the
-    store's one writer at a time (`lane.StoreLane`).
+    store's one writer at a time (`lane.StoreLane`), `clock` when each run's points arrived.
     """
 
     def __init__(self, hp_store: HyperParamStore, usage: RunUsage, static_root: Path, vendor: dict[str, Path],
-                 index_html: str, hyperparams_html: str, lane: StoreLane) -> None:
+                 index_html: str, hyperparams_html: str, lane: StoreLane, clock: RunClock) -> None:
         self.lane = lane
         self.hp_store = hp_store
         self.usage = usage
+        self.clock = clock
         self.static_root = static_root
         self.vendor = vendor
         self.index_html = index_html
@@ -90,6 +92,7 @@ class DashboardHandlers:
         from labml_app import settings as labml_settings
         from labml_app.db import project as project_db
 
+        arrived = time.time()  # the wall clock of the points this request brings (run_clock.py)
         run_uuid, version, rank, world_size, main_rank = track_query(request)
         body = json_body(request)
         # labml-app files rank n > 0 of a distributed run as "<uuid>_<n>".
@@ -116,6 +119,7 @@ class DashboardHandlers:
             # The stores' files are written and fsynced in a worker thread, never on the event loop.
             await anyio.to_thread.run_sync(self.usage.record, stored_uuid, charged, new_series)
             if is_run_itself(run_uuid, stored_uuid, rank, main_rank):
+                await anyio.to_thread.run_sync(self.clock.note, run_uuid, packets, arrived)
                 await self._after_update(request, run_uuid, packets, res, first_configs)
         await asyncio.sleep(TRACK_THROTTLE_S)
         return res

@@ -55,6 +55,7 @@ from dashboard.assets import VendorAssets
 from dashboard.guard import RequestGuard
 from dashboard.hyperparams import HyperParamStore
 from dashboard.lane import StoreLane
+from dashboard.run_clock import RunClock
 from dashboard.usage import RunUsage
 from dashboard.web import FramingRefused, error_response
 
@@ -269,9 +270,9 @@ def present_runs(hp_store: HyperParamStore) -> None:
     run_db.Run.get_summary = get_summary
 
 
-def give_back_on_delete(usage: RunUsage, hp_store: HyperParamStore) -> None:
+def give_back_on_delete(usage: RunUsage, hp_store: HyperParamStore, clock: RunClock) -> None:
     """A run deleted on the dashboard no longer counts against the store's caps, and its live
-    values are forgotten with it."""
+    values and clock are forgotten with it."""
     from labml_app.db import run as run_db
 
     stock_delete = run_db.delete
@@ -282,6 +283,7 @@ def give_back_on_delete(usage: RunUsage, hp_store: HyperParamStore) -> None:
         # threads, and a write that a later one has overtaken is skipped.
         usage.forget(run_uuid, write_soon=True)
         hp_store.forget(run_uuid, write_soon=True)
+        clock.forget(run_uuid, write_soon=True)
 
     run_db.delete = delete
 

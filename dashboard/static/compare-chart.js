@@ -2,12 +2,13 @@
 // drawn as SVG at the figure's own pixel width (so its labels keep their size on a phone), with
 // a cursor line that lists each run's value at the nearest point, a drag across it that zooms on
 // that x range, and smoothing (an exponential moving average, the raw curve kept faint).
-// Colours, fills and fonts are attributes, not style rules, so the chart exported as PNG looks the same.
+// Colours, fills and fonts are attributes, not style rules, so the chart exported as PNG looks the same;
+// the export adds a title above and a legend below, so that the PNG reads alone.
 'use strict';
 
 (function () {
     const SVG = 'http://www.w3.org/2000/svg';
-    const H = 280, RIGHT = 12, TOP = 12, BOTTOM = 40;
+    const H = 280, RIGHT = 12, TOP = 12, BOTTOM = 40, TITLE = 28, ROW = 18;
     const FONT = {'font-family': 'system-ui, sans-serif', 'font-size': '12', fill: '#333'};
 
     function el(tag, attrs, text) {
@@ -70,12 +71,31 @@
     let pointer = null;
     let dragging = false;
 
-    // spec: {metric, runs: [{uuid, name, color, xs, ys}], xLabel, xText(v), smoothing, zoom: [lo, hi] | null,
-    // onZoom([lo, hi])}. Returns the svg (without its cursor) for the PNG export.
+    // The chart as a picture of its own: `title` above it and a legend of `runs` (colour, label)
+    // below, on a white ground, at the chart's width.
+    function titled(chart, W, left, title, runs) {
+        const height = TITLE + H + runs.length * ROW + 8;
+        const svg = el('svg', {width: W, height, viewBox: `0 0 ${W} ${height}`, xmlns: SVG});
+        svg.appendChild(el('rect', {x: 0, y: 0, width: W, height, fill: '#fff'}));
+        svg.appendChild(el('text', {...FONT, class: 'title', x: W / 2, y: 19, 'text-anchor': 'middle', 'font-size': '14',
+            'font-weight': '600'}, title));
+        const body = el('g', {transform: `translate(0,${TITLE})`});
+        body.append(...chart.childNodes);
+        svg.appendChild(body);
+        runs.forEach((run, k) => {
+            const y = TITLE + H + 4 + k * ROW;
+            svg.appendChild(el('rect', {x: left, y: y + 2, width: 10, height: 10, rx: 2, fill: run.color}));
+            svg.appendChild(el('text', {...FONT, class: 'legend', x: left + 16, y: y + 11, 'data-run': run.uuid}, run.label));
+        });
+        return svg;
+    }
+
+    // spec: {metric, title, runs: [{uuid, label, color, xs, ys, first}], xLabel, xText(v), smoothing,
+    // zoom: [lo, hi] | null, width (px), onZoom([lo, hi])}. Returns the picture the PNG export draws (`titled`).
     function draw(figure, spec) {
         const box = figure.querySelector('.chart-box');
-        const W = Math.max(280, Math.round(box.clientWidth || 900));
-        const LEFT = W < 500 ? 52 : 70;
+        const W = Math.max(280, Math.round(spec.width || box.clientWidth || 900));
+        const LEFT = (W < 500 ? 52 : 70) + 16;  // the ticks' labels, and the metric's name turned upright
         const runs = spec.runs.map((run) => ({...run, smoothed: smooth(run.ys, spec.smoothing)}));
         const allX = runs.flatMap((r) => r.xs);
         let [x0, x1] = spec.zoom || [Math.min(0, ...allX), Math.max(...allX)];
@@ -104,13 +124,16 @@
         svg.appendChild(el('line', {...axis, x1: LEFT, x2: W - RIGHT, y1: H - BOTTOM, y2: H - BOTTOM}));
         svg.appendChild(el('line', {...axis, x1: LEFT, x2: LEFT, y1: TOP, y2: H - BOTTOM}));
         svg.appendChild(el('text', {...FONT, class: 'tick', x: (LEFT + W - RIGHT) / 2, y: H - 4, 'text-anchor': 'middle'}, spec.xLabel));
+        const yMiddle = (TOP + H - BOTTOM) / 2;
+        svg.appendChild(el('text', {...FONT, class: 'tick y-label', x: 14, y: yMiddle, 'text-anchor': 'middle',
+            transform: `rotate(-90 14 ${yMiddle})`}, spec.metric));
         const plot = el('g', {'clip-path': `url(#${clipId})`});
         for (const run of runs) {
             const line = (values, attrs) => el('polyline', {fill: 'none', stroke: run.color, 'data-run': run.uuid, ...attrs,
                 points: run.xs.map((v, i) => `${x(v).toFixed(1)},${y(values[i]).toFixed(1)}`).join(' ')});
             if (spec.smoothing > 0) plot.appendChild(line(run.ys, {class: 'raw', 'stroke-width': 1, 'stroke-opacity': 0.25}));
             const curve = line(run.smoothed, {class: 'curve', 'stroke-width': 2});
-            curve.appendChild(el('title', {}, `${run.name} (${run.uuid.slice(0, 8)})`));
+            curve.appendChild(el('title', {}, run.label));
             plot.appendChild(curve);
             if (run.xs.filter(inRange).length <= 40) {  // few points: each one marked (a single point is no line)
                 run.xs.forEach((v, i) => plot.appendChild(el('circle', {cx: x(v), cy: y(run.smoothed[i]), r: 3, fill: run.color})));
@@ -161,7 +184,8 @@
                 swatch.style.background = run.color;
                 const raw = spec.smoothing > 0 ? ` (raw ${fmt(run.ys[i])})` : '';
                 const where = run.xs[i] === snap ? '' : ` at ${spec.xText(run.xs[i], true)}`;
-                line.append(swatch, `${run.name} ${run.uuid.slice(0, 8)}: ${fmt(run.smoothed[i])}${raw}${where}`);
+                const first = i === 0 && run.first ? ` (${run.first})` : '';
+                line.append(swatch, `${run.label}: ${fmt(run.smoothed[i])}${raw}${where}${first}`);
                 tip.appendChild(line);
             }
             tip.hidden = false;
@@ -197,7 +221,7 @@
         if (pointer && pointer.metric === spec.metric) show(pointer);
         exported.querySelector('.cursor').remove();
         exported.querySelector('.zoom-band').remove();
-        return exported;
+        return titled(exported, W, LEFT, spec.title, runs);
     }
 
     window.CompareChart = {draw, smooth, fmt, dragging: () => dragging};

@@ -1,7 +1,9 @@
-// The comparison page: /compare?runs=UUID,UUID&metrics=NAME,NAME[&smooth=0.6][&x=time], backed by
-// /api/v1/compare. One chart per chosen metric (compare-chart.js draws it), each run's curve overlaid
-// on one x axis (agent steps, or the runs' training time), and a table of each run's seed, status,
-// start, changed live values and last values. Each chart's shown series export as CSV, the chart as PNG.
+// The comparison page: /compare?runs=UUID,UUID&metrics=NAME,NAME[&smooth=0.6][&x=time|wall][&zoom=LO,HI],
+// backed by /api/v1/compare. One chart per chosen metric (compare-chart.js draws it), each run's curve
+// overlaid on one x axis (agent steps, the runs' training time, or the wall clock since each started),
+// and a table of each run's trial, seed, status, start, changed live values and last values. Each
+// chart's shown series export as CSV, the chart as PNG (with its title and legend). The address
+// keeps every choice, the zoom included, so a view can be sent as a link.
 'use strict';
 
 // A run's colour comes from its uuid, so it keeps it from one comparison to the next: one of the
@@ -17,8 +19,9 @@ const query = new URLSearchParams(location.search);
 let chosenRuns = listParam('runs');
 let chosenMetrics = listParam('metrics');
 let smoothing = Math.min(0.99, Math.max(0, Number(query.get('smooth')) || 0));
-let xAxis = query.get('x') === 'time' ? 'time' : 'steps';
-let zoom = null;  // [lo, hi] of the x axis, or null: every point
+const AXES = {steps: 'agent steps', time: 'training time', wall: 'wall-clock time'};
+let xAxis = Object.hasOwn(AXES, query.get('x')) ? query.get('x') : 'steps';
+let zoom = zoomParam();  // [lo, hi] of the x axis, or null: every point
 let answers = null;  // the last answers by metric, to redraw without asking again
 let lastSeen = null;  // those answers as JSON
 let loading = false;
@@ -28,12 +31,18 @@ function listParam(name) {
     return value ? value.split(',').filter(Boolean) : [];
 }
 
+function zoomParam() {  // `zoom=LO,HI`: two finite numbers, LO < HI (anything else: no zoom)
+    const range = (query.get('zoom') || '').split(',').map(Number);
+    return range.length === 2 && range.every(Number.isFinite) && range[0] < range[1] ? range : null;
+}
+
 function setAddress() {
     const q = new URLSearchParams();
     if (chosenRuns.length) q.set('runs', chosenRuns.join(','));
     if (chosenMetrics.length) q.set('metrics', chosenMetrics.join(','));
     if (smoothing > 0) q.set('smooth', String(smoothing));
-    if (xAxis === 'time') q.set('x', 'time');
+    if (xAxis !== 'steps') q.set('x', xAxis);
+    if (zoom) q.set('zoom', zoom.map((v) => Number(v.toPrecision(6))).join(','));
     history.replaceState(null, '', `/compare?${q.toString().replace(/%2C/g, ',')}`);
 }
 
@@ -79,12 +88,24 @@ function when(seconds) {
     return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
-function series(answer, palette) {  // each run's points on the chosen x axis
+function runLabel(run, uuid) {  // as a person tells runs of one command apart: trial and seed
+    return [`${run.name} ${uuid.slice(0, 8)}`, ...(run.comment ? [run.comment] : []),
+        ...(run.seed === null ? [] : [`seed ${run.seed}`])].join(' · ');
+}
+
+// What a score curve's first point is: the first games to end are the shortest, the 0-point ones.
+const FIRST_SCORE = 'the first games to end: the shortest, often 0 points';
+
+function series(answer, palette, metric) {  // each run's points that have a place on the chosen x axis
     return chosenRuns.map((uuid) => {
         const run = answer.runs[uuid];
-        const xs = xAxis === 'time' ? run.seconds : run.steps;
-        return {uuid, name: run.name, color: palette.get(uuid), steps: run.steps, seconds: run.seconds,
-            xs: xs.length === run.values.length ? xs : [], ys: xs.length === run.values.length ? run.values : []};
+        const at = {steps: run.steps, time: run.seconds, wall: run.wall_seconds}[xAxis];
+        const kept = at.length === run.values.length ? at.flatMap((x, i) => x === null ? [] : [i]) : [];
+        const pick = (list) => kept.map((i) => list[i]);
+        return {uuid, label: runLabel(run, uuid), name: run.name, trial: run.comment, seed: run.seed,
+            color: palette.get(uuid), steps: pick(run.steps), seconds: run.seconds.length ? pick(run.seconds) : [],
+            wall: pick(run.wall_seconds), xs: pick(at), ys: pick(run.values),
+            first: metric === answer.score && kept[0] === 0 ? FIRST_SCORE : null};
     }).filter((run) => run.xs.length > 0);
 }
 
@@ -94,12 +115,14 @@ function csvOf(metric, runs) {
         const text = /^[=+\-@\t\r]/.test(v) ? `'${v}` : v;
         return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
     };
-    const lines = ['run_uuid,name,step,training_seconds,value,smoothed'];
+    const lines = ['run_uuid,name,seed,trial,step,training_seconds,wall_seconds,value,smoothed'];
     for (const run of runs) {
         const smoothed = window.CompareChart.smooth(run.ys, smoothing);
+        const given = (list, i) => (list.length && list[i] !== null ? list[i] : '');
         run.xs.forEach((x, i) => {
             if (zoom && (x < zoom[0] || x > zoom[1])) return;
-            lines.push([run.uuid, quote(run.name), run.steps[i], run.seconds.length ? run.seconds[i] : '', run.ys[i], smoothed[i]].join(','));
+            lines.push([run.uuid, quote(run.name), run.seed === null ? '' : run.seed, quote(run.trial), run.steps[i],
+                given(run.seconds, i), given(run.wall, i), run.ys[i], smoothed[i]].join(','));
         });
     }
     return `${lines.join('\n')}\n`;
@@ -118,14 +141,17 @@ function pngOf(svg, link) {
     image.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(new XMLSerializer().serializeToString(svg))}`;
 }
 
-function chart(metric, answer, palette) {
+function chart(metric, answer, palette, width) {
     const figure = el('figure', {class: 'compare-chart', 'data-metric': metric});
-    const caption = el('figcaption', {}, `${metric} by ${xAxis === 'time' ? 'training time' : 'agent steps'}`);
+    const title = `${metric} by ${AXES[xAxis]}`;
+    const caption = el('figcaption', {}, title);
     figure.appendChild(caption);
-    const runs = series(answer, palette);
+    const runs = series(answer, palette, metric);
     if (runs.length === 0) {
-        figure.appendChild(el('p', {class: 'text-secondary'}, xAxis === 'time' && chosenRuns.some((u) => answer.runs[u].steps.length)
-            ? 'These runs recorded no steps per second, so no training time.' : 'None of these runs has recorded it yet.'));
+        const recorded = chosenRuns.some((u) => answer.runs[u].steps.length);
+        figure.appendChild(el('p', {class: 'text-secondary'}, !recorded ? 'None of these runs has recorded it yet.'
+            : xAxis === 'time' ? 'These runs recorded no steps per second, so no training time.'
+                : 'The dashboard noted no arrival times for these points (it notes them since it keeps a wall clock).'));
         return figure;
     }
     const csv = el('a', {class: 'export-csv', download: `${metric}.csv`}, 'CSV');
@@ -135,11 +161,18 @@ function chart(metric, answer, palette) {
     exports.append(csv, png);
     caption.appendChild(exports);
     figure.append(el('div', {class: 'chart-box'}), el('div', {class: 'chart-tip', role: 'status'}));
-    figure.draw = () => pngOf(window.CompareChart.draw(figure, {
-        metric, runs, smoothing, zoom, xLabel: xAxis === 'time' ? 'training time' : 'agent steps',
-        xText: xAxis === 'time' ? timeText : stepText,
-        onZoom: (range) => { zoom = range; redraw(); },
-    }), png);
+    if (runs.some((run) => run.first)) {  // where the score's curves start, said beside them
+        figure.appendChild(el('p', {class: 'chart-note text-secondary'}, 'Each point is the mean of the run\'s last 100 full '
+            + 'games (all lives, unclipped). A curve starts at the update in which its first game ended, and the first '
+            + 'games to end are the shortest: a start at 0 is real.'));
+    }
+    figure.draw = () => {
+        figure.exported = window.CompareChart.draw(figure, {
+            metric, title, runs, smoothing, zoom, width, xLabel: AXES[xAxis], xText: xAxis === 'steps' ? stepText : timeText,
+            onZoom: (range) => { zoom = range; setAddress(); redraw(); },
+        });
+        pngOf(figure.exported, png);
+    };
     return figure;
 }
 
@@ -149,7 +182,7 @@ function liveText(live) {
 
 function table(palette) {
     const head = document.getElementById('runs-head');
-    const labels = ['run', 'seed', 'status', 'started', 'live values changed'];
+    const labels = ['run', 'trial', 'seed', 'status', 'started', 'live values changed'];
     head.replaceChildren(...labels.map((t) => el('th', {}, t)), ...chosenMetrics.map((m) => el('th', {class: 'num'}, `last ${m}`)));
     const body = document.getElementById('runs-body');
     body.replaceChildren();
@@ -161,7 +194,8 @@ function table(palette) {
         name.appendChild(el('span', {class: 'swatch', style: `background:${palette.get(uuid)}`}));
         name.appendChild(el('a', {href: `/run/${uuid}`}, run.name));
         name.appendChild(el('span', {class: 'text-secondary'}, ` ${uuid.slice(0, 8)}`));
-        tr.append(name, el('td', {class: 'seed', 'data-label': 'seed'}, run.seed === null ? '—' : String(run.seed)),
+        tr.append(name, el('td', {class: 'trial', 'data-label': 'trial'}, run.comment || '—'),
+            el('td', {class: 'seed', 'data-label': 'seed'}, run.seed === null ? '—' : String(run.seed)),
             el('td', {class: 'run-status', 'data-label': 'status'}, run.status),
             el('td', {class: 'run-started', 'data-label': 'started'}, when(run.start_time)),
             el('td', {class: 'live', 'data-label': 'live values changed'}, liveText(run.live)));
@@ -196,7 +230,10 @@ function metricChoices(recorded) {
 function redraw() {
     if (!answers) return;
     const palette = colors(chosenRuns);
-    const figures = chosenMetrics.map((m) => chart(m, answers[m], palette));
+    // The width is read before the old charts go: without them the page may be short enough to lose
+    // its scrollbar for a moment, and charts drawn that wide would then push the page sideways.
+    const width = document.getElementById('charts').clientWidth;
+    const figures = chosenMetrics.map((m) => chart(m, answers[m], palette, width));
     document.getElementById('charts').replaceChildren(...figures);
     for (const figure of figures) if (figure.draw) figure.draw();
     document.getElementById('zoom-reset').disabled = zoom === null;
@@ -272,9 +309,15 @@ axisChoice.addEventListener('change', () => {
     setAddress();
     redraw();
 });
-document.getElementById('zoom-reset').addEventListener('click', () => { zoom = null; redraw(); });
-let width = innerWidth;
-window.addEventListener('resize', () => { if (innerWidth !== width) { width = innerWidth; redraw(); } });
+document.getElementById('zoom-reset').addEventListener('click', () => { zoom = null; setAddress(); redraw(); });
+// The charts are drawn at their box's width: redrawn when it changes, a window's resize or a
+// classic scrollbar appearing as the page grows (the window's width does not change then).
+let chartsWidth = null;
+new ResizeObserver(([box]) => {
+    const now = Math.round(box.contentRect.width);
+    if (chartsWidth !== null && now !== chartsWidth) redraw();
+    chartsWidth = now;
+}).observe(document.getElementById('charts'));
 
 function refresh() {
     if (loading) return;

@@ -1,10 +1,11 @@
 """A tiny labml run for the dashboard tests (run as a subprocess, never imported by pytest).
 
-    python probe_run.py STEPS [--until KEY=VALUE] [--finish-timeout S]
+    python probe_run.py STEPS [--until KEY=VALUE] [--finish-timeout S] [--comment TEXT]
 
 It registers dict configs with dynamic hyperparameters, tracks a metric every step
 and prints the values it sees.  With --until it keeps going (up to STEPS) until the
-hyperparameter KEY takes VALUE, which is how the tests watch a live change arrive.
+hyperparameter KEY takes VALUE, which is how the tests watch a live change arrive. --comment
+is labml's comment, as a sweep names its trials ("NAME trial 2").
 
 Without --finish-timeout it is any labml experiment: labml's own client and nothing of this
 project (as labml_nn's PPO is), exiting once labml's sender has delivered everything. With it, the
@@ -28,6 +29,7 @@ def main() -> None:
     parser.add_argument("steps", type=int)
     parser.add_argument("--until", default=None)
     parser.add_argument("--finish-timeout", type=float, default=None)
+    parser.add_argument("--comment", default="")
     args = parser.parse_args()
 
     conf: dict[str, float | int | FloatDynamicHyperParam | IntDynamicHyperParam] = {
@@ -39,7 +41,7 @@ def main() -> None:
         "gamma": 0.99,
     }
     until_key, until_value = (args.until.split("=") if args.until else (None, None))
-    experiment.create(name="probe", writers={"app", "screen"})
+    experiment.create(name="probe", comment=args.comment, writers={"app", "screen"})
     experiment.configs(conf)
     with experiment.start():
         print(f"RUN_UUID={experiment.get_uuid()}", flush=True)

@@ -77,6 +77,21 @@ def tweaked_probe(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory
     return {"uuid": run_uuid, "steps": steps}
 
 
+TRIAL = "probe-sweep trial 2"  # labml's comment, as a sweep names a trial's run
+
+
+@pytest.fixture(scope="module")
+def trial_probe(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A probe run named as a sweep's trial: 40 steps, 0.1 s apart, sent to its end."""
+    probe = ProbeRun(tmp_path_factory.mktemp("trial"), f"{dashboard.url}/api/v1/default", "40", "--comment", TRIAL)
+    try:
+        run_uuid = probe.run_uuid()
+        assert probe.wait() == 0, probe.output
+    finally:
+        probe.kill()
+    return {"uuid": run_uuid, "ended": time.time()}
+
+
 def compare(dashboard: Dashboard, runs: list[str], metric: str | None = None) -> tuple[int, Any]:
     query = f"runs={','.join(runs)}" + ("" if metric is None else f"&metric={quote(metric)}")
     return dashboard.request("GET", f"/api/v1/compare?{query}")
@@ -119,6 +134,22 @@ def test_the_answer_is_what_the_runs_sent(dashboard: Dashboard, seeds: dict[str,
             # Training time: each update's steps over its steps per second, summed, so at most the leg's wall time.
             assert len(run["seconds"]) == len(run["steps"]) and 0 < run["seconds"][-1] <= summary["wall_time_s"]
             assert run["seconds"] == sorted(run["seconds"]) and abs(run["start_time"] - time.time()) < 3600
+            # The wall clock, as the dashboard noted the points arriving: from the run's start, in order.
+            wall = run["wall_seconds"]
+            assert len(wall) == len(run["steps"]) and None not in wall and wall == sorted(wall) and wall[0] >= 0
+            assert wall[-1] <= time.time() - run["start_time"] and run["comment"] == ""
+
+
+@pytest.mark.slow
+def test_a_trial_is_named_and_its_points_have_a_wall_clock(dashboard: Dashboard, trial_probe: dict[str, Any]) -> None:
+    status, answer = compare(dashboard, [trial_probe["uuid"]], "loss")
+    assert status == 200, answer
+    run = answer["runs"][trial_probe["uuid"]]
+    assert run["comment"] == TRIAL and run["steps"] == list(range(40)) and answer["score"] == "score_mean_100"
+    wall = run["wall_seconds"]
+    # 39 sleeps of 0.1 s lie between the first step and the last: at least 3.9 s of wall clock.
+    assert None not in wall and wall == sorted(wall) and wall[0] >= 0 and wall[-1] >= 3.9
+    assert wall[-1] <= trial_probe["ended"] - run["start_time"]
 
 
 @pytest.mark.slow
@@ -228,6 +259,14 @@ def test_the_charts_answer_a_cursor_smoothing_a_zoom_the_time_axis_and_export(
         browser.load(f"{dashboard.url}/compare?runs={a},{b}&metrics=score_mean_100,entropy")
         assert browser.wait_until("document.body.dataset.loaded === 'yes' && document.querySelectorAll("
                                   "'a.export-png[data-ready]').length === 2", PAGE_LIMIT_S)
+        # The score's first point is explained where it is drawn: beside the chart, and at the cursor.
+        note = browser.evaluate("document.querySelector('.compare-chart[data-metric=\"score_mean_100\"] .chart-note').textContent")
+        assert "the first games to end are the shortest: a start at 0 is real" in note, note
+        x, y = point_at(browser, "score_mean_100", b, 0)
+        mouse(browser, "mouseMoved", x, y)
+        first = browser.evaluate(f"document.querySelector('.compare-chart[data-metric=\"score_mean_100\"] .tip-run[data-run=\"{b}\"]').textContent")
+        assert first.endswith("(the first games to end: the shortest, often 0 points)"), first
+        assert browser.evaluate("document.querySelector('.compare-chart[data-metric=\"entropy\"] .chart-note')") is None
         # The cursor: a line at the nearest step, each run's value there, and the step.
         x, y = point_at(browser, "entropy", a, 2)
         mouse(browser, "mouseMoved", x + 3, y)
@@ -261,6 +300,15 @@ def test_the_charts_answer_a_cursor_smoothing_a_zoom_the_time_axis_and_export(
         image = base64.b64decode(png.split(",", 1)[1])
         assert png.startswith("data:image/png;base64,") and image[:8] == b"\x89PNG\r\n\x1a\n"
         assert int.from_bytes(image[16:20], "big") == int(width)  # the chart, at its size on the page
+        # It reads alone: a title above, the metric's name by its axis, a legend of each run below.
+        picture = browser.evaluate("(() => { const f = document.querySelector('.compare-chart[data-metric=\"entropy\"]');"
+                                   " const e = f.exported; return {title: e.querySelector('.title').textContent,"
+                                   " y: e.querySelector('.y-label').textContent, height: Number(e.getAttribute('height')),"
+                                   " chart: Number(f.querySelector('.chart-box svg').getAttribute('height')),"
+                                   " legend: [...e.querySelectorAll('.legend')].map(t => [t.dataset.run, t.textContent])}; })()")
+        assert int.from_bytes(image[20:24], "big") == picture["height"] > picture["chart"]
+        assert picture["title"] == "entropy by agent steps" and picture["y"] == "entropy"
+        assert picture["legend"] == [[a, f"Breakout · project {a[:8]} · seed 1"], [b, f"Breakout · project {b[:8]} · seed 2"]]
         # Smoothing: a key press on the slider; the raw curve stays, faint, and the cursor gives the smoothed value.
         click(browser, "#smoothing")
         browser.evaluate("document.getElementById('smoothing').value = '0.5';"
@@ -287,6 +335,52 @@ def test_the_charts_answer_a_cursor_smoothing_a_zoom_the_time_axis_and_export(
         assert browser.evaluate("location.search").endswith("&smooth=0.51&x=time")
         browser.screenshot(tmp_path / "time.png")
     assert "training time" in ticks and any(re.fullmatch(r"0:\d\d", t) for t in ticks), ticks
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
+def test_a_trial_is_named_a_zoom_is_kept_in_the_address_and_the_wall_clock_is_an_axis(
+        dashboard: Dashboard, trial_probe: dict[str, Any], no_leftover_processes: None, chromium: Chromium) -> None:
+    run = trial_probe["uuid"]
+    sent = compare(dashboard, [run], "loss")[1]["runs"][run]
+    chart = '.compare-chart[data-metric="loss"]'
+    with chromium.tab(height=1000) as browser:
+        browser.load(f"{dashboard.url}/compare?runs={run}&metrics=loss")
+        assert browser.wait_until("document.body.dataset.loaded === 'yes'", PAGE_LIMIT_S)
+        # The trial in the table, the cursor box and the CSV.
+        assert browser.evaluate(f"document.querySelector('#runs-body tr[data-run=\"{run}\"] td.trial').textContent") == TRIAL
+        x, y = point_at(browser, "loss", run, 5)
+        mouse(browser, "mouseMoved", x, y)
+        tip = browser.evaluate(f"document.querySelector('{chart} .tip-run').textContent")
+        assert tip == f"probe {run[:8]} · {TRIAL}: {float(f'{math.exp(-0.5):.4g}')}", tip
+        rows = exported_csv(browser, "loss")
+        assert [(r["name"], r["seed"], r["trial"], int(r["step"]), r["training_seconds"]) for r in rows] == [
+            ("probe", "", TRIAL, step, "") for step in range(40)]  # no seed, no steps per second: empty cells
+        assert [float(r["wall_seconds"]) for r in rows] == sent["wall_seconds"]
+        # A zoom is kept in the address: the same view from a link.
+        (x0, y0), (x1, _) = point_at(browser, "loss", run, 10), point_at(browser, "loss", run, 20)
+        for kind, at in (("mousePressed", x0), ("mouseMoved", (x0 + x1) / 2), ("mouseMoved", x1), ("mouseReleased", x1)):
+            mouse(browser, kind, at, y0)
+        assert browser.wait_until("location.search.includes('&zoom=')", PAGE_LIMIT_S)
+        address = browser.evaluate("location.href")
+        zoom = [float(v) for v in address.split("zoom=", 1)[1].split("&")[0].split(",")]
+        browser.load(address)
+        assert wait(browser, "document.body.dataset.loaded === 'yes'")
+        assert not browser.evaluate("document.getElementById('zoom-reset').disabled")
+        kept = [int(r["step"]) for r in exported_csv(browser, "loss")]
+        assert kept == [step for step in range(40) if zoom[0] <= step <= zoom[1]] and kept[0] >= 10 and kept[-1] <= 20
+        click(browser, "#zoom-reset")
+        assert browser.wait_until("!location.search.includes('zoom=')", PAGE_LIMIT_S)
+        # The wall clock since the run started, as an axis of its own.
+        browser.evaluate("const s = document.getElementById('x-axis'); s.value = 'wall'; s.dispatchEvent(new Event('change'))")
+        assert browser.wait_until(f"document.querySelector('{chart} figcaption').textContent.startsWith('loss by wall-clock time')",
+                                  PAGE_LIMIT_S)
+        assert browser.evaluate("location.search") == f"?runs={run}&metrics=loss&x=wall"
+        ticks = browser.evaluate(f"[...document.querySelectorAll('{chart} text.tick')].map(t => t.textContent)")
+        points = browser.evaluate(f"document.querySelector('{chart} .curve').getAttribute('points').split(' ').length")
+    assert "wall-clock time" in ticks and any(re.fullmatch(r"0:\d\d", t) for t in ticks), ticks
+    assert points == 40
 
 
 @pytest.mark.browser
@@ -340,10 +434,12 @@ def test_the_comparison_fits_the_width_with_readable_labels(dashboard: Dashboard
         assert browser.wait_until("document.body.dataset.loaded === 'yes'", PAGE_LIMIT_S)
         page = browser.evaluate("""(() => {
             const svg = document.querySelector('.compare-chart svg');
-            return {wide: document.scrollingElement.scrollWidth, inner: innerWidth,
+            return {wide: document.scrollingElement.scrollWidth, inner: innerWidth, client: document.documentElement.clientWidth,
                 drawn: svg.getBoundingClientRect().width, width: Number(svg.getAttribute('width')),
                 label: Math.min(...[...svg.querySelectorAll('text.tick')].map(t => t.getBoundingClientRect().height)),
-                cells: [...document.querySelectorAll('#runs-body td')].every(td => td.getBoundingClientRect().right <= innerWidth)}; })()""")
+                cells: [...document.querySelectorAll('#runs-body td')].every(td =>
+                    td.getBoundingClientRect().right <= document.documentElement.clientWidth)}; })()""")
         browser.screenshot(tmp_path / f"compare-{width}.png")
-    assert page["wide"] <= page["inner"] == width and page["cells"], page
+    # Against the width left beside a classic (space-taking) scrollbar, not the window's.
+    assert page["wide"] <= page["client"] <= page["inner"] == width and page["cells"], page
     assert page["drawn"] == page["width"] and page["label"] >= 12, page  # drawn at its size: 12 px labels stay 12 px

@@ -1,9 +1,11 @@
 """The comparison's parts that need no run: the address commands print, what counts as a changed
-live value, a run's training time, and the runs list's cap on ticks."""
+live value, a run's training time and wall clock, and the runs list's cap on ticks."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from dashboard_support import REPO
 
 from dashboard.client import MAX_COMPARED_RUNS, compare_line
 from dashboard.compare import changed_live_values, seed_of, training_seconds
+from dashboard.run_clock import MAX_NOTES, RunClock, notes_of, seconds_at, thinned
 from experiments.seed_runs import dashboard_of
 from experiments.sweep_rows import TrialRow, print_comparison
 
@@ -61,3 +64,42 @@ def test_a_runs_training_time_sums_each_updates_steps_over_its_speed() -> None:
     assert training_seconds([64, 128, 192], sps) == [2.0, 3.0, 7.0]
     assert training_seconds([96, 160], sps) == [2.5, 5.0]  # between two updates: read on the line between them
     assert training_seconds([64], None) == [] and training_seconds([64], {"step": [64], "value": [0.0]}) == []
+
+
+def test_the_wall_clock_is_read_between_the_notes_of_arrivals() -> None:
+    # Started at t=1000; requests brought steps up to 64 at t=1010 and up to 192 at t=1030.
+    notes = notes_of([{"time": 1.0, "track": {"loss": {"step": [0, 32, 64], "value": [1, 2, 3]}}}], 1010.0) + \
+        notes_of([{"time": 2.0, "track": {"loss": {"step": [128], "value": [1]}, "sps": {"step": [192], "value": [9]}}},
+                  {"time": 3.0, "status": {}}], 1030.0)
+    assert notes == [(64.0, 1010.0), (192.0, 1030.0)]  # one note per packet with points: its largest step
+    # 32: halfway from the start (0 at 1000) to 64 (1010): 5 s; 128: halfway from 64 to 192: 20 s; 256: not yet noted.
+    assert seconds_at(notes, 1000.0, [0, 32, 64, 128, 192, 256, -1]) == [0.0, 5.0, 10.0, 20.0, 30.0, None, None]
+    # A history a resumed run posts (no client time) has no clock: its steps get none, the next
+    # request's points its arrival.
+    resumed = [*notes, *notes_of([{"track": {"loss": {"step": [256, 320], "value": [1, 1]}}}], 1100.0),
+               *notes_of([{"time": 4.0, "track": {"loss": {"step": [384, 448], "value": [1, 1]}}}], 1200.0)]
+    assert resumed[2:] == [(320.0, None), (448.0, 1200.0)]
+    assert seconds_at(resumed, 1000.0, [256, 320, 384, 448]) == [None, None, 200.0, 200.0]
+
+
+def test_a_long_runs_clock_is_thinned_to_every_second_note_keeping_the_last() -> None:
+    notes = [(float(i), float(i)) for i in range(MAX_NOTES + 1)]
+    kept = thinned(notes)
+    assert len(kept) == MAX_NOTES // 2 + 1 and kept[0] == (0.0, 0.0) and kept[1] == (2.0, 2.0)
+    assert kept[-1] == (float(MAX_NOTES), float(MAX_NOTES))
+    assert seconds_at(kept, 0.0, [3.0]) == [3.0]  # a straight line still reads a straight run exactly
+
+
+def test_a_runs_clock_is_kept_in_a_file_of_its_own_read_back_checked_and_removed(tmp_path: Path) -> None:
+    clock = RunClock(tmp_path / "run_clock")
+    clock.note("run-a", [{"time": 1.0, "track": {"loss": {"step": [10], "value": [1]}}}], 1005.0)
+    clock.note("run-b", [{"status": {}}], 1006.0)  # no points: nothing noted, no file
+    assert json.loads((tmp_path / "run_clock" / "run-a.json").read_text()) == [[10.0, 1005.0]]
+    assert sorted(p.name for p in (tmp_path / "run_clock").iterdir()) == ["run-a.json"]
+    again = RunClock(tmp_path / "run_clock")  # a restarted dashboard
+    assert again.seconds("run-a", 1000.0, [5, 10]) == [2.5, 5.0] and again.seconds("run-a", None, [5]) == [None]
+    (tmp_path / "run_clock" / "run-c.json").write_text('[[1, "noon"]]')
+    with pytest.raises(ValueError, match=r"run-c\.json: not a run clock file"):
+        again.seconds("run-c", 0.0, [1])
+    again.forget("run-a")
+    assert not (tmp_path / "run_clock" / "run-a.json").exists() and again.seconds("run-a", 1000.0, [5]) == [None]
