@@ -19,8 +19,8 @@ What is changed (each function says why):
   store's lane (`serialize_store_writes`);
 - its front-end: the page (`build_index`) with local library links and our scripts and styles
   (static/run-link.js, run-video.js, local-only.js, compare-pick.js, app.css: each changes what
-  the page draws, and reads the markup labml-app's bundle makes), the bundle's chart margin
-  (`chart_bundle_route`);
+  the page draws, and reads the markup labml-app's bundle makes), the bundle's chart margin and
+  window width (`chart_bundle_route`);
 - its middleware: the stock error middleware out of `user_middleware`, our JSON errors in
   (`add_exception_handler`, `answer_errors_as_json`); CORS `allow_origins` (`trust_only_origin`);
   our request guard, and outermost the refusal of framing on every answer (`add_middleware`,
@@ -328,18 +328,28 @@ def build_index(static_root: Path, assets: VendorAssets) -> str:
 # still draw them: a run's first scores, far below the ones it reaches within a few updates, were
 # drawn under the x axis. With the margin 0 the axis spans every point it draws.
 OUTLIER_MARGIN = ("s.OUTLIER_MARGIN=.04,", "s.OUTLIER_MARGIN=0,")
+# labml-app sizes its pages and their charts to the window's innerWidth, which counts a classic
+# vertical scrollbar in: at 390 px a run page and its charts were 15 px wider than the room beside
+# the scrollbar, and scrolled sideways. They get the root element's width: the room beside the
+# scrollbar, or beside the gutter app.css keeps for it from the start (so that the width holds as a
+# page grows taller than the window; Chromium's root clientWidth leaves that gutter out).
+WINDOW_WIDTH = ("var{innerWidth:e,innerHeight:t}=window;return{width:e,height:t}",
+                "var e=document.documentElement.getBoundingClientRect().width,{innerHeight:t}=window;"
+                "return{width:e,height:t}")
 
 
 def chart_bundle_route(static_root: Path) -> Route:
     """labml-app's front-end bundle (`/js/bundle.min.js`) with the chart's axis spanning every
-    point; refuses to start on a bundle whose margin it does not find (a labml-app upgrade)."""
+    point and pages as wide as the room beside the scrollbar; refuses to start on a bundle where
+    it does not find what it changes (a labml-app upgrade)."""
     from starlette.responses import Response
 
     bundle = (static_root / "js" / "bundle.min.js").read_text("utf-8")
-    stock, ours = OUTLIER_MARGIN
-    if bundle.count(stock) != 1:
-        raise RuntimeError(f"labml-app's bundle.min.js has {bundle.count(stock)} copies of {stock!r}, expected 1")
-    body = bundle.replace(stock, ours).encode("utf-8")
+    for stock, ours in (OUTLIER_MARGIN, WINDOW_WIDTH):
+        if bundle.count(stock) != 1:
+            raise RuntimeError(f"labml-app's bundle.min.js has {bundle.count(stock)} copies of {stock!r}, expected 1")
+        bundle = bundle.replace(stock, ours)
+    body = bundle.encode("utf-8")
 
     async def serve(request: Request) -> Response:
         return Response(body, media_type="text/javascript")

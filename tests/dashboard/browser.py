@@ -34,6 +34,20 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-dev-shm-usage", "--remote-debugging-pipe"]
 
 
+# How the page fits the window's width. `fits` is documentElement.clientWidth, the layout viewport
+# less a classic vertical scrollbar (Debian's headless Chromium draws 15 px ones); innerWidth counts
+# the scrollbar in, so a page 15 px too wide passed against it. `scrollbar` is that scrollbar's room
+# (0 with overlay scrollbars, or with none), `past` the widest-reaching elements, for a failure's message.
+WIDTHS = """(() => { const root = document.documentElement, fits = root.clientWidth;
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+    + [...el.classList].map(c => '.' + c).join('');
+  const past = [...document.querySelectorAll('body *')].filter(el => el.getClientRects().length > 0)
+    .map(el => ({el: name(el), right: Math.round(el.getBoundingClientRect().right)}))
+    .filter(e => e.right > fits).sort((a, b) => b.right - a.right).slice(0, 5);
+  return {wide: document.scrollingElement.scrollWidth, fits, inner: innerWidth,
+          scrollbar: innerWidth - fits, tall: root.scrollHeight > root.clientHeight, past}; })()"""
+
+
 class Chromium:
     """One headless Chromium, driven over its DevTools pipe; `tab()` opens a page in it."""
 

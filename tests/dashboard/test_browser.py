@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM, Chromium
+from browser import CHROMIUM, WIDTHS, Chromium
 from dashboard_support import Dashboard
 
 pytestmark = [pytest.mark.browser,
@@ -119,13 +119,16 @@ def test_a_page_of_another_site_cannot_frame_the_dashboard(dashboard: Dashboard,
 def test_the_hyperparameter_page_fits_the_width_with_its_inputs_on_screen(
         dashboard: Dashboard, finished_run: str, width: int, tmp_path: Path, no_leftover_processes: None,
         chromium: Chromium) -> None:
-    with chromium.tab(width=width, height=900) as browser:
+    # Lower than the page at both widths, so that a vertical scrollbar takes its room beside it.
+    with chromium.tab(width=width, height=500) as browser:
         browser.load(f"{dashboard.url}/hyperparams/{finished_run}")
         assert browser.wait_until("document.querySelectorAll('#params input').length === 5", PAGE_LIMIT_S)
-        page = browser.evaluate("""(() => ({wide: document.scrollingElement.scrollWidth, inner: innerWidth,
+        widths = browser.evaluate(WIDTHS)
+        page = browser.evaluate("""(() => ({
             inputs: [...document.querySelectorAll('#params input')].map(i => i.getBoundingClientRect())
-                .every(r => r.left >= 0 && r.right <= innerWidth && r.width >= 80),
+                .every(r => r.left >= 0 && r.right <= document.documentElement.clientWidth && r.width >= 80),
             labels: [...document.querySelectorAll('#params tr')][0].querySelector('input').closest('td').dataset.label}))()""")
         browser.screenshot(tmp_path / f"hyperparams-{width}.png")
-    assert page["wide"] <= page["inner"] == width, page  # no sideways scrolling (a vertical scrollbar may take some)
+    assert widths["inner"] == width and widths["tall"] and widths["scrollbar"] > 0, f"{widths}"
+    assert widths["wide"] <= widths["fits"], f"{widths}"  # no sideways scrolling beside a classic scrollbar
     assert page["inputs"] and page["labels"] == "new value", page

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM, Browser, Chromium
+from browser import CHROMIUM, WIDTHS, Browser, Chromium
 from dashboard_support import Dashboard, finished_probe_run
 
 pytestmark = [pytest.mark.browser,
@@ -96,15 +96,23 @@ def test_the_video_panel_covers_nothing_and_the_run_page_fits_the_width(
                                    f"{VISIBLE}(document.getElementById('dashboard-run-video'))", PAGE_LIMIT_S)
         browser.wait_until("document.body.innerText.includes('CONFIGURATIONS')", PAGE_LIMIT_S)
         browser.screenshot(tmp_path / f"run-{width}.png")
-        # In the page's flow, under the run's header card: no card lies under it, nothing scrolls sideways.
+        # In the page's flow, under the run's header card: no card lies under it.
         page = browser.evaluate(
             "(() => { const p = document.getElementById('dashboard-run-video').getBoundingClientRect();"
             " const cards = [...document.querySelectorAll('.labml-card')].filter(c => c.getClientRects().length > 0)"
             "   .map(c => c.getBoundingClientRect());"
             " return {position: getComputedStyle(document.getElementById('dashboard-run-video')).position,"
             "   covered: cards.filter(c => c.top < p.bottom && p.top < c.bottom && c.left < p.right && p.left < c.right).length,"
-            "   under_first_card: cards.length > 1 && cards[0].bottom <= p.top && p.bottom <= cards[1].top,"
-            "   wide: document.scrollingElement.scrollWidth, inner: innerWidth}; })()")
+            "   under_first_card: cards.length > 1 && cards[0].bottom <= p.top && p.bottom <= cards[1].top}; })()")
+        widths = browser.evaluate(WIDTHS)
+        # The top bar's buttons and links (the menu's burger, the title, the refresh and the rest), whole on screen.
+        nav = browser.evaluate(
+            "[...document.querySelectorAll('.nav-container a, .nav-container button, .nav-container .nav-link')]"
+            f".filter({VISIBLE}).map(el => {{ const r = el.getBoundingClientRect();"
+            " return {el: el.className || el.tagName, left: r.left, right: r.right}; })")
     assert shown
     assert page["position"] == "static" and page["covered"] == 0 and page["under_first_card"], page
-    assert page["wide"] <= page["inner"] == width, page
+    # Measured against a vertical scrollbar that takes room, as a classic one does.
+    assert widths["inner"] == width and widths["tall"] and widths["scrollbar"] > 0, f"{widths}"
+    assert widths["wide"] <= widths["fits"], f"{widths}"  # nothing scrolls sideways
+    assert nav and all(b["left"] >= 0 and b["right"] <= widths["fits"] for b in nav), f"{nav} {widths}"
