@@ -11,14 +11,15 @@ import os
 import re
 import signal
 import stat
+import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
-from tests import process_table
+from tests import forked_run, process_table
 from tests.cluster_support import TINY, LocalCluster, environ_of, run_driver, run_population, wait_dead, wait_reaped
-from tests.conftest import MARK, Cli
+from tests.conftest import MARK, REPO, Cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
 
@@ -70,11 +71,44 @@ def test_a_driver_without_the_clusters_token_or_with_another_is_refused_in_one_l
     assert cli.leftovers() == []
 
 
-def test_a_sweeps_trials_spread_over_nodes_and_its_csv_names_each_trials_node(local_cluster: LocalCluster, tmp_path: Path) -> None:
+def try_out_commands() -> list[str]:
+    """The run and the sweep of docs/ray.md's "Try a cluster on one machine", as a user copies them."""
+    section = (REPO / "docs" / "ray.md").read_text().split("## Try a cluster on one machine", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    return [line for line in block.splitlines() if line.startswith("python -m experiments.")]
+
+
+def run_as_written(cluster: LocalCluster, cli: Cli, command: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """`command` in bash in `folder`, with every line the tool printed exported (as the docs do)."""
+    folder.mkdir()
+    env = {**cluster.driver_env(cli), **cluster.exports}
+    return forked_run.run(["bash", "-c", command], cwd=folder, env=env, text=True, timeout=600)
+
+
+def test_the_try_outs_run_ends_with_its_actors_named_on_their_nodes(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    """Issue 71: the docs' try-out ran the 10M-step schedule (days), and its start line spoke of
+    worker processes on this machine's cores."""
     cli = Cli()
-    result = run_driver(local_cluster, cli, "experiments.sweep", "--ray-address", local_cluster.address,
-                        "--grid", "learning_rate=1e-4,2e-4", "--workers-per-trial", "1", "--cpus-per-trial", "1",
-                        "--data-dir", str(tmp_path), *TINY)
+    run, _sweep = try_out_commands()
+    assert run.startswith("python -m experiments.breakout --backend ray") and "--updates" in run  # a run that ends
+    result = run_as_written(local_cluster, cli, run, tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / result.stdout.splitlines()[-1]).read_text())  # a path from where it ran
+    updates = int(run.split("--updates ")[1].split()[0])
+    assert (summary["status"], summary["updates"], summary["env_steps"]) == ("completed", updates, updates * 1024)
+    assert f"8 games in 2 Ray actors of 4 (the Ray cluster at {local_cluster.address})" in result.stderr, result.stderr[-3000:]
+    names = {n["name"] for n in local_cluster.nodes()}
+    placed = re.search(r"its 2 Ray actors run on 2 nodes: (\S+) \(1 actor\), (\S+) \(1 actor\)", result.stderr)
+    assert placed is not None and set(placed.groups()) <= names, result.stderr[-3000:]
+    assert sorted(summary["ray_node_names"]) == sorted(placed.groups())
+    assert cli.leftovers() == []
+
+
+def test_the_try_outs_sweep_spreads_its_trials_over_nodes_and_its_csv_names_each_trials_node(
+        local_cluster: LocalCluster, tmp_path: Path) -> None:
+    cli = Cli()
+    _run, sweep = try_out_commands()
+    result = run_as_written(local_cluster, cli, sweep, tmp_path / "sweep")
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     with Path(result.stdout.splitlines()[-1]).open() as f:
         rows = list(csv.DictReader(f))
@@ -84,9 +118,10 @@ def test_a_sweeps_trials_spread_over_nodes_and_its_csv_names_each_trials_node(lo
     names = {n["node_id"]: n["name"] for n in local_cluster.nodes()}
     assert [r["node_name"] for r in rows] == [names[node] for node in nodes], rows  # the name beside Ray's id
     for node in nodes:  # the final table names each trial's node
-        assert re.search(rf"^\d+ +\d+ +- +\d+ +completed +0 +{re.escape(names[node])} ", result.stderr, re.M), result.stderr[-3000:]
-    for row in rows:  # each trial's own summary says the same node
-        assert json.loads((Path(row["run_dir"]) / "summary.json").read_text())["node_id"] == row["node_id"]
+        assert re.search(rf"^\d+ +\d+ +\S+ +\d+ +completed +0 +{re.escape(names[node])} ", result.stderr, re.M), result.stderr[-3000:]
+    for row in rows:  # each trial's own summary says the same node, and ran the try-out's updates
+        summary = json.loads((Path(row["run_dir"]) / "summary.json").read_text())
+        assert summary["node_id"] == row["node_id"] and summary["updates"] == int(sweep.split("--updates ")[1].split()[0])
     assert cli.leftovers() == []
 
 
