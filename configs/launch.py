@@ -23,18 +23,27 @@ GROUPING = {"n_workers", "envs_per_worker"}
 
 
 def launch_config(overrides: Mapping[str, Any], cores: int | None, saved: PPOConfig | None = None,
-                  game_exists: Callable[[str], bool] | None = None) -> tuple[PPOConfig, dict[str, str]]:
+                  game_exists: Callable[[str], bool] | None = None,
+                  reached: tuple[int, int] | None = None) -> tuple[PPOConfig, dict[str, str]]:
     """(the config to run, the fields this machine chose with why), `ConfigError` in one line otherwise.
 
     A new run layers the command line over the defaults, then groups its games by the `cores`
     unless the command line chose (`machine_groups`; `cores` None: not grouped, for the commands
     that only read a config). A resume (`saved`) layers it over the run's
     own config and keeps the run's grouping unless told; `--dashboard` is not taken from the
-    checkpoint: a resume sends to the dashboard its own command line names, or to none.
+    checkpoint: a resume sends to the dashboard its own command line names, or to none. `reached`:
+    the (update, agent steps) the resumed run's checkpoint is at, which its stop may not be below.
     """
     if saved is not None:
         check_resume_changes(saved, overrides)
-        return config_from_overrides({"dashboard": None, **regrouped(saved, overrides)}, saved, game_exists), {}
+        config = config_from_overrides({"dashboard": None, **regrouped(saved, overrides)}, saved, game_exists)
+        # A stop below the steps already taken cannot be kept (the run would claim to have ended before
+        # where it is); one at them ends the resume at once, as a member of a population reaching its target.
+        if reached is not None and config.stop_after_env_steps is not None and config.stop_after_env_steps < reached[1]:
+            raise ConfigError("stop_after_env_steps", config.stop_after_env_steps,
+                              f"at least the run's own {reached[1]} agent steps (update {reached[0]} of "
+                              f"{config.n_updates}), or none, to resume it")
+        return config, {}
     defaults = PPOConfig.from_dict({**PPOConfig().to_dict(), **overrides})
     if cores is None or not machine_groups(defaults, overrides):
         return config_from_overrides(overrides, game_exists=game_exists), {}

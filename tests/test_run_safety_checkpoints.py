@@ -193,6 +193,34 @@ def test_a_crafted_checkpoint_is_refused_without_running_anything(cli, tmp_path:
     assert cli.leftovers() == []
 
 
+def test_a_checkpoints_counts_are_read_without_torch_and_nothing_in_it_is_run(cli, tmp_path: Path) -> None:
+    """ppo/checkpoint_counts.py, the early answer of a resume's stop (experiments/run/plan.py): the
+    update, agent steps and config a checkpoint holds, read from its pickle with every class it names
+    made inert, so code hidden in a crafted one runs nothing here either; what is not a checkpoint
+    of torch's archive, or holds no counts, is no answer."""
+    import pickle
+
+    from ppo.checkpoint_counts import Counts, read_counts
+
+    summary = first_leg(cli, tmp_path)
+    path, proof = Path(summary["checkpoint"]), tmp_path / "code-ran"
+    real = load_checkpoint(path)
+
+    def counts() -> Counts | None:
+        with path.open("rb") as file:
+            return read_counts(file)
+    assert counts() == Counts(1, PER_UPDATE, real["config"])
+    crafted = crafted_checkpoints(proof, real)
+    path.write_bytes(crafted["torch.save"])
+    assert counts() == Counts(1, PER_UPDATE, real["config"]) and not proof.exists()
+    save_checkpoint(path, {**real, "env_steps": "32"})
+    assert counts() is None
+    for data in (crafted["pickle"], pickle.dumps(real), crafted["torch.save"][:-200], b"", b"PK" * 100):
+        path.write_bytes(data)
+        assert counts() is None
+    assert not proof.exists()
+
+
 KINDS = "the 5,056 bytes of a CPU generator's state or the 16 bytes of a CUDA generator's state (uint8)"
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments.run.folders import file_mode
+from experiments.run.folders import RunFolder, file_mode
 from experiments.run.games_csv import read_games
 from experiments.run.updates_csv import read_updates
-from tests.conftest import run_once
+from tests.conftest import refused_in_process, run_once
 from tests.run_safety_support import (
     PER_UPDATE,
     first_leg,
@@ -23,6 +23,7 @@ from tests.run_safety_support import (
     refused_resume_in_process,
     two_checkpointed_updates,
 )
+from tests.test_cli_help import probed
 from tests.test_experiment import summary_of
 
 
@@ -120,6 +121,36 @@ def test_a_resume_told_to_stop_before_its_own_steps_is_refused(cli, tmp_path: Pa
     refused_before_anything_started(cli, resumed, f"error: --stop-after-env-steps 16: expected at least the run's own "
                                                    f"{PER_UPDATE} agent steps (update 1 of 3), or none, to resume it")
     assert json.loads((Path(summary["run_dir"]) / "summary.json").read_text()) == summary
+
+
+def test_a_stop_below_every_kept_checkpoints_steps_is_refused_before_torch_loads(
+        cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal above took seconds: torch loaded and the checkpoint was read and checked whole
+    before the stop was looked at. The checkpoints' own counts answer it now, read without torch: the
+    command runs with torch made unimportable (tests/test_cli_help.py's probe), which sees any attempt
+    to import it, and says the same line. A stop below only the newest one's steps is left to the
+    full read, which may go on from the one before it: the same line while the newest is good, the
+    one before it's when it is not."""
+    summary = two_checkpointed_updates(cli, tmp_path)  # checkpoint.pt at update 2 (64 agent steps), checkpoint.1.pt at 1 (32)
+    run_dir, resume = Path(summary["run_dir"]), ["--resume", summary["run_uuid"], "--data-dir", str(tmp_path)]
+
+    def files() -> dict[Path, bytes]:
+        return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    before = files()
+    result, probe = probed(tmp_path, "experiments.breakout", *resume, "--stop-after-env-steps", "16")
+    assert probe == {"code": 2, "attempted": [], "loaded": []}, result.stderr[-2000:]
+    assert (result.stdout, result.stderr.strip().splitlines()) == ("", [
+        f"error: --stop-after-env-steps 16: expected at least the run's own {2 * PER_UPDATE} agent steps (update 2 of 3), "
+        "or none, to resume it"])
+    between = refused_in_process(capsys, [*resume, "--stop-after-env-steps", "48"])
+    assert between == (f"error: --stop-after-env-steps 48: expected at least the run's own {2 * PER_UPDATE} agent steps "
+                       "(update 2 of 3), or none, to resume it")
+    assert files() == before
+    newest = RunFolder.at(run_dir).newest_checkpoint
+    newest.write_bytes(newest.read_bytes()[:-200])  # truncated: its counts are no answer, and the full read skips it
+    fallback = refused_in_process(capsys, [*resume, "--stop-after-env-steps", "16"])
+    assert fallback == (f"error: --stop-after-env-steps 16: expected at least the run's own {PER_UPDATE} agent steps "
+                        "(update 1 of 3), or none, to resume it")
 
 
 # ---- file modes ----------------------------------------------------------------------------------

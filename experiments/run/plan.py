@@ -11,7 +11,8 @@ config cannot say about this machine (`check_can_start`). A resume reads each pa
 once, in the order that keeps reading safe: the folder itself (`RunFolder.check`, before a byte of
 it is read) and its owner, its last good checkpoint, then its records. A new run's plan, and a
 resume of a run without a checkpoint, need nothing of the learner: a refusal answers before torch
-loads."""
+loads; so does a resume's `--stop-after-env-steps` below the steps its checkpoints count, which
+their counts answer first (`refuse_stop_below_steps`), before the checkpoint is read whole."""
 
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ from configs.ppo import PPOConfig
 from configs.urls import strip_userinfo
 from experiments.run import games_csv, updates_csv
 from experiments.run.folders import CHECKPOINTS, RunFolder, read_record
-from experiments.run.safe_files import UnsafeRunFolder
+from experiments.run.safe_files import UnsafeRunFolder, open_to_read
 from game.atari import canonical_game, is_known_game, relaunch_refusal
+from ppo.checkpoint_counts import read_counts
 from ray_setup.installed import ray_version_problem
 
 if TYPE_CHECKING:
@@ -101,6 +103,8 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
         raise ConfigError("resume", folder.uuid, f"a run folder of plain files and folders ({e}; nothing was read or written)") from None
     if owner is not None and owner != os.getpid():
         raise ConfigError("resume", folder.uuid, f"a run that is not running (process {owner} is still running it)")
+    if overrides.get("stop_after_env_steps") is not None:  # answered before torch loads where the checkpoints tell
+        refuse_stop_below_steps(overrides, checkpoints)
     from ppo.checkpoint import CheckpointError
     from ppo.resume_point import read_resume_point
 
@@ -109,13 +113,8 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
     except CheckpointError as e:
         raise LaunchRefused(str(e)) from None
     checkpoint, saved = point.checkpoint, point.config
-    config, _ = launch_config(overrides, None, saved=saved, game_exists=is_known_game)
-    # A stop below the steps already taken cannot be kept (the run would claim to have ended before
-    # where it is); one at them ends the resume at once, as a member of a population reaching its target.
-    if config.stop_after_env_steps is not None and config.stop_after_env_steps < checkpoint.env_steps:
-        raise ConfigError("stop_after_env_steps", config.stop_after_env_steps,
-                          f"at least the run's own {checkpoint.env_steps} agent steps (update {checkpoint.update} of "
-                          f"{config.n_updates}), or none, to resume it")
+    config, _ = launch_config(overrides, None, saved=saved, game_exists=is_known_game,
+                              reached=(checkpoint.update, checkpoint.env_steps))  # a stop below them: refused
     notes = list(point.notes)
     # The run keeps the records' rows up to the checkpoint, so one that cannot be read is refused
     # here. A last line without its line end is an append the run's end cut short: dropped, as every
@@ -145,6 +144,36 @@ def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: li
                      "add --dashboard URL to send the resumed run to one")
     return LaunchPlan(config, point, folder.uuid, folder, machine_choices=MappingProxyType(checkpoint.machine_choices if kept else {}),
                       notes=tuple(notes), label=label)
+
+
+def refuse_stop_below_steps(overrides: Mapping[str, Any], checkpoints: list[Path]) -> None:
+    """A `--stop-after-env-steps` below the agent steps of every checkpoint the run keeps, refused
+    before torch loads (which takes seconds): whichever of them the full read goes on from, the stop
+    is below its steps. The refusal is `plan_resume`'s own (`launch_config`'s `reached`), in the
+    newest one's counts, read from the checkpoint files without torch (ppo/checkpoint_counts.py).
+    Where a checkpoint's counts cannot be read so, or the stop is not below them all, this answers
+    nothing: the full read that follows does, with every check of the checkpoint it makes."""
+    counts = []
+    for path in checkpoints:  # newest first, as the full read tries them
+        try:
+            with open_to_read(path) as file:
+                counts.append(read_counts(file))
+        except FileNotFoundError:
+            continue
+        except (OSError, UnsafeRunFolder):
+            return
+    known = [told for told in counts if told is not None]
+    if not known or len(known) < len(counts) or overrides["stop_after_env_steps"] >= min(told.env_steps for told in known):
+        return
+    newest = known[0]
+    try:
+        launch_config(overrides, None, saved=PPOConfig.from_dict(newest.config), game_exists=is_known_game,
+                      reached=(newest.update, newest.env_steps))
+    except ConfigError as e:
+        if e.option == "--stop-after-env-steps":
+            raise
+    except Exception:  # a config the full read refuses, in its own words
+        return
 
 
 def check_can_start(config: PPOConfig, run_dirs: tuple[Path, ...] = (), resumed: bool = False) -> None:

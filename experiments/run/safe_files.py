@@ -1,8 +1,8 @@
 """Reading and writing files in a folder that is input, not only output: whoever may write the data
 dir (a shared `--data-dir`, a copied run) may have put anything in it. A folder is checked whole
 before a byte of it is read (`check_plain_folder` in experiments/run/folders.py); then
-`open_own_file` opens a file to write without following a link, and `remove_dead_writers_files`
-removes the temp files a killed writer left.
+`open_own_file` opens a file to write without following a link, `open_to_read` one to read, and
+`remove_dead_writers_files` removes the temp files a killed writer left.
 
 labml opens `configs.yaml`, `run.yaml`, `indicators.yaml`, `source.diff`, `run_log.jsonl` and
 `run.pid` with a plain `open(path, "w"/"a")`, which follows a symbolic link and writes into a hard
@@ -20,6 +20,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 # What a writer of this project leaves when it is killed mid-write, and nothing else: the temp
 # file of `configs.files.atomic_write` (`.<name>.<8 characters of mkstemp>.tmp`), the staged newest
@@ -50,6 +51,24 @@ def open_own_file(path: Path, flags: int) -> int:
                               f"{info.st_nlink} hard links), and would be written through")
     os.set_blocking(fd, True)
     return fd
+
+
+def open_to_read(path: Path) -> BinaryIO:
+    """A file of a folder that is input, opened to read (binary) without following a link: O_NOFOLLOW
+    refuses a symbolic link put in its place since the folder was checked (ELOOP), O_NONBLOCK a FIFO
+    nobody writes, and the opened file must be a regular one; `UnsafeRunFolder` otherwise, and
+    `FileNotFoundError` where there is none. Caps on what is read are the reader's."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise UnsafeRunFolder(f"{path} cannot be opened without following a link ({e.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeRunFolder(f"{path} is not a regular file (a device, FIFO or socket)")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def remove_dead_writers_files(folder: Path) -> list[Path]:
