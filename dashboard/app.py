@@ -95,7 +95,7 @@ def create_app(settings: DashboardSettings) -> FastAPI:
                                  build_index(static_root, settings.assets),
                                  own_page(settings.assets, "hyperparams", "Live hyperparameters"), lane, clock)
     present_runs(hp_store)
-    give_back_on_delete(usage, hp_store, clock)
+    give_back_on_delete(usage.forget, hp_store.forget, clock.forget)
     replace_stock_routes(flask_app, first=[*handlers.routes(), chart_bundle_route(static_root), *video_routes(settings.runs_dir),
                                            *compare_routes(hp_store, clock, own_page(settings.assets, "compare", "Compare runs"))],
                          last=handlers.catch_all_routes())

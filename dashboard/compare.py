@@ -14,7 +14,8 @@
 - `live`: each live hyperparameter the run now uses at another value than it started with,
   ``{"start": …, "now": …}``;
 - `status`: labml's (`in progress`, `completed`, `interrupted`, `crashed`, `no response`, `unknown`);
-- `start_time`: when it began (seconds since the epoch, the dashboard's clock);
+- `start_time`: when it began (seconds since the epoch): labml-app's, the time in a labml run's
+  uuid (the run's machine's clock), else its first request's;
 - `seconds`: the run's training time at each step (`training_seconds`; empty when the run
   recorded no steps per second);
 - `wall_seconds`: the wall-clock seconds since the run started at each step, as the dashboard

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -55,8 +55,6 @@ from dashboard.assets import VendorAssets
 from dashboard.guard import RequestGuard
 from dashboard.hyperparams import HyperParamStore
 from dashboard.lane import StoreLane
-from dashboard.run_clock import RunClock
-from dashboard.usage import RunUsage
 from dashboard.web import FramingRefused, error_response
 
 
@@ -270,20 +268,17 @@ def present_runs(hp_store: HyperParamStore) -> None:
     run_db.Run.get_summary = get_summary
 
 
-def give_back_on_delete(usage: RunUsage, hp_store: HyperParamStore, clock: RunClock) -> None:
-    """A run deleted on the dashboard no longer counts against the store's caps, and its live
-    values and clock are forgotten with it."""
+def give_back_on_delete(*forgets: Callable[..., None]) -> None:
+    """A run deleted on the dashboard is forgotten by each of our stores (`forgets`: the usage's,
+    so that it no longer counts against the caps, the live values', the clock's)."""
     from labml_app.db import run as run_db
 
     stock_delete = run_db.delete
 
     def delete(run_uuid: str) -> None:
         stock_delete(run_uuid)
-        # Called on the event loop, once per run a request deletes: the files are written in
-        # threads, and a write that a later one has overtaken is skipped.
-        usage.forget(run_uuid, write_soon=True)
-        hp_store.forget(run_uuid, write_soon=True)
-        clock.forget(run_uuid, write_soon=True)
+        for forget in forgets:  # on the event loop: each writes its file in a thread of its own
+            forget(run_uuid, write_soon=True)
 
     run_db.delete = delete
 
@@ -328,11 +323,9 @@ def build_index(static_root: Path, assets: VendorAssets) -> str:
 # still draw them: a run's first scores, far below the ones it reaches within a few updates, were
 # drawn under the x axis. With the margin 0 the axis spans every point it draws.
 OUTLIER_MARGIN = ("s.OUTLIER_MARGIN=.04,", "s.OUTLIER_MARGIN=0,")
-# labml-app sizes its pages and their charts to the window's innerWidth, which counts a classic
-# vertical scrollbar in: at 390 px a run page and its charts were 15 px wider than the room beside
-# the scrollbar, and scrolled sideways. They get the root element's width: the room beside the
-# scrollbar, or beside the gutter app.css keeps for it from the start (so that the width holds as a
-# page grows taller than the window; Chromium's root clientWidth leaves that gutter out).
+# labml-app sizes its pages and charts to the window's innerWidth, which counts a classic scrollbar
+# in, so they would scroll sideways by its width. They get the root element's: the room beside the
+# gutter app.css keeps for the scrollbar from the start (Chromium's root clientWidth leaves it out).
 WINDOW_WIDTH = ("var{innerWidth:e,innerHeight:t}=window;return{width:e,height:t}",
                 "var e=document.documentElement.getBoundingClientRect().width,{innerHeight:t}=window;"
                 "return{width:e,height:t}")

@@ -86,8 +86,8 @@ def run_as_written(cluster: LocalCluster, cli: Cli, command: str, folder: Path) 
 
 
 def test_the_try_outs_run_ends_with_its_actors_named_on_their_nodes(local_cluster: LocalCluster, tmp_path: Path) -> None:
-    """Issue 71: the docs' try-out ran the 10M-step schedule (days), and its start line spoke of
-    worker processes on this machine's cores."""
+    """The docs' try-out run ends within a minute (not the default schedule's days), and its start
+    line says its workers are Ray actors, placed on the cluster's nodes by name."""
     cli = Cli()
     run, _sweep = try_out_commands()
     assert run.startswith("python -m experiments.breakout --backend ray") and "--updates" in run  # a run that ends

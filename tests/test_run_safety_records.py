@@ -125,10 +125,9 @@ def test_a_resume_told_to_stop_before_its_own_steps_is_refused(cli, tmp_path: Pa
 
 def test_a_stop_below_every_kept_checkpoints_steps_is_refused_before_torch_loads(
         cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The refusal above took seconds: torch loaded and the checkpoint was read and checked whole
-    before the stop was looked at. The checkpoints' own counts answer it now, read without torch: the
-    command runs with torch made unimportable (tests/test_cli_help.py's probe), which sees any attempt
-    to import it, and says the same line. A stop below only the newest one's steps is left to the
+    """Answered without the seconds torch takes to load, or the checkpoint's whole read: from the
+    checkpoints' own counts, read without torch. The command runs with torch made unimportable
+    (tests/test_cli_help.py's probe), which sees any attempt to import it, and says the same line. A stop below only the newest one's steps is left to the
     full read, which may go on from the one before it: the same line while the newest is good, the
     one before it's when it is not."""
     summary = two_checkpointed_updates(cli, tmp_path)  # checkpoint.pt at update 2 (64 agent steps), checkpoint.1.pt at 1 (32)

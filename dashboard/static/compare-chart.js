@@ -82,10 +82,12 @@
         const body = el('g', {transform: `translate(0,${TITLE})`});
         body.append(...chart.childNodes);
         svg.appendChild(body);
+        const fits = Math.floor((W - left - 16 - RIGHT) / 6.6);  // characters of 12 px text in the width
         runs.forEach((run, k) => {
             const y = TITLE + H + 4 + k * ROW;
+            const label = run.label.length > fits ? `${run.label.slice(0, fits - 1)}…` : run.label;
             svg.appendChild(el('rect', {x: left, y: y + 2, width: 10, height: 10, rx: 2, fill: run.color}));
-            svg.appendChild(el('text', {...FONT, class: 'legend', x: left + 16, y: y + 11, 'data-run': run.uuid}, run.label));
+            svg.appendChild(el('text', {...FONT, class: 'legend', x: left + 16, y: y + 11, 'data-run': run.uuid}, label));
         });
         return svg;
     }
@@ -210,7 +212,11 @@
         });
         svg.addEventListener('pointerleave', () => { pointer = null; hide(); });
         window.addEventListener('pointerup', function up(event) {
-            if (!svg.isConnected) { window.removeEventListener('pointerup', up); return; }
+            if (!svg.isConnected) {  // redrawn meanwhile: no drag of this chart goes on
+                window.removeEventListener('pointerup', up);
+                if (dragFrom !== null) dragging = false;
+                return;
+            }
             if (dragFrom === null) return;
             const [a, b] = [dragFrom, toValue(event)].map((v) => Math.min(Math.max(v, x0), x1)).sort((p, q) => p - q);
             dragFrom = null;

@@ -20,7 +20,7 @@ let chosenRuns = listParam('runs');
 let chosenMetrics = listParam('metrics');
 let smoothing = Math.min(0.99, Math.max(0, Number(query.get('smooth')) || 0));
 const AXES = {steps: 'agent steps', time: 'training time', wall: 'wall-clock time'};
-let xAxis = Object.hasOwn(AXES, query.get('x')) ? query.get('x') : 'steps';
+let xAxis = Object.keys(AXES).includes(query.get('x')) ? query.get('x') : 'steps';
 let zoom = zoomParam();  // [lo, hi] of the x axis, or null: every point
 let answers = null;  // the last answers by metric, to redraw without asking again
 let lastSeen = null;  // those answers as JSON
@@ -31,9 +31,11 @@ function listParam(name) {
     return value ? value.split(',').filter(Boolean) : [];
 }
 
-function zoomParam() {  // `zoom=LO,HI`: two finite numbers, LO < HI (anything else: no zoom)
-    const range = (query.get('zoom') || '').split(',').map(Number);
-    return range.length === 2 && range.every(Number.isFinite) && range[0] < range[1] ? range : null;
+function zoomParam() {  // `zoom=LO,HI`: two decimal numbers, LO < HI (anything else: no zoom)
+    const parts = (query.get('zoom') || '').split(',');
+    const decimal = /^-?\d+(\.\d+)?(e[+-]?\d+)?$/i;
+    const range = parts.map(Number);
+    return parts.length === 2 && parts.every((p) => decimal.test(p)) && range[0] < range[1] ? range : null;
 }
 
 function setAddress() {
@@ -42,7 +44,7 @@ function setAddress() {
     if (chosenMetrics.length) q.set('metrics', chosenMetrics.join(','));
     if (smoothing > 0) q.set('smooth', String(smoothing));
     if (xAxis !== 'steps') q.set('x', xAxis);
-    if (zoom) q.set('zoom', zoom.map((v) => Number(v.toPrecision(6))).join(','));
+    if (zoom) q.set('zoom', zoom.map((v) => Number(v.toPrecision(12))).join(','));
     history.replaceState(null, '', `/compare?${q.toString().replace(/%2C/g, ',')}`);
 }
 
@@ -227,17 +229,21 @@ function metricChoices(recorded) {
     }
 }
 
-function redraw() {
+function redraw(again = false) {
     if (!answers) return;
     const palette = colors(chosenRuns);
     // The width is read before the old charts go: without them the page may be short enough to lose
     // its scrollbar for a moment, and charts drawn that wide would then push the page sideways.
-    const width = document.getElementById('charts').clientWidth;
+    const charts = document.getElementById('charts');
+    const width = charts.clientWidth;
     const figures = chosenMetrics.map((m) => chart(m, answers[m], palette, width));
-    document.getElementById('charts').replaceChildren(...figures);
+    charts.replaceChildren(...figures);
     for (const figure of figures) if (figure.draw) figure.draw();
     document.getElementById('zoom-reset').disabled = zoom === null;
     table(palette);
+    // The first charts are drawn before the page has its scrollbar (it was short): drawn again
+    // at once at the width left beside it, before anything reads the page.
+    if (charts.clientWidth !== width && !again) redraw(true);
 }
 
 async function ask(metric) {

@@ -36,7 +36,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 # How the page fits the window's width. `fits` is documentElement.clientWidth, the layout viewport
 # less a classic vertical scrollbar (Debian's headless Chromium draws 15 px ones); innerWidth counts
-# the scrollbar in, so a page 15 px too wide passed against it. `scrollbar` is that scrollbar's room
+# the scrollbar in, so a page too wide by the scrollbar's width would pass against it. `scrollbar` is that scrollbar's room
 # (0 with overlay scrollbars, or with none), `past` the widest-reaching elements, for a failure's message.
 WIDTHS = """(() => { const root = document.documentElement, fits = root.clientWidth;
   const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')

@@ -1,20 +1,28 @@
-"""Driving the comparison page as a person does (a real mouse, the page's own export links), for
-test_compare.py."""
+"""Driving the comparison page as a person does (a real mouse, the page's own export links), and
+asking its API, for test_compare.py and test_compare_query.py."""
 
 from __future__ import annotations
 
 import csv
 import io
 import time
-from urllib.parse import unquote
+from typing import Any
+from urllib.parse import quote, unquote
 
 from browser import Browser
+from dashboard_support import Dashboard
 
 PAGE_LIMIT_S = 60.0
 
 # The first ten colours of the page's palette, in its order (compare.js COLORS).
 HASHED_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                   "#bcbd22", "#17becf"]
+
+
+def compare(dashboard: Dashboard, runs: list[str], metric: str | None = None) -> tuple[int, Any]:
+    """`GET /api/v1/compare` of `runs` (and `metric`): (status, answer)."""
+    query = f"runs={','.join(runs)}" + ("" if metric is None else f"&metric={quote(metric)}")
+    return dashboard.request("GET", f"/api/v1/compare?{query}")
 
 
 def fnv1a(text: str) -> int:

@@ -4,6 +4,7 @@ live value, a run's training time and wall clock, and the runs list's cap on tic
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -66,40 +67,52 @@ def test_a_runs_training_time_sums_each_updates_steps_over_its_speed() -> None:
     assert training_seconds([64], None) == [] and training_seconds([64], {"step": [64], "value": [0.0]}) == []
 
 
-def test_the_wall_clock_is_read_between_the_notes_of_arrivals() -> None:
-    # Started at t=1000; requests brought steps up to 64 at t=1010 and up to 192 at t=1030.
+def test_the_wall_clock_dates_each_point_by_the_request_that_brought_it() -> None:
+    # Started at t=1000; one request brought steps 0 to 64 at t=1010, the next 128 and 192 at t=1030.
     notes = notes_of([{"time": 1.0, "track": {"loss": {"step": [0, 32, 64], "value": [1, 2, 3]}}}], 1010.0) + \
         notes_of([{"time": 2.0, "track": {"loss": {"step": [128], "value": [1]}, "sps": {"step": [192], "value": [9]}}},
                   {"time": 3.0, "status": {}}], 1030.0)
-    assert notes == [(64.0, 1010.0), (192.0, 1030.0)]  # one note per packet with points: its largest step
-    # 32: halfway from the start (0 at 1000) to 64 (1010): 5 s; 128: halfway from 64 to 192: 20 s; 256: not yet noted.
-    assert seconds_at(notes, 1000.0, [0, 32, 64, 128, 192, 256, -1]) == [0.0, 5.0, 10.0, 20.0, 30.0, None, None]
+    assert notes == [(0.0, 1010.0), (64.0, 1010.0), (128.0, 1030.0), (192.0, 1030.0)]  # each packet's first and last step
+    # A point is dated by its request (0 to 64 at 1010 s, so 10 s); 96 lies between two requests:
+    # halfway from 64 (10 s) to 128 (30 s), 20 s; 256 is not noted yet, -1 before the first note, NaN no step.
+    assert seconds_at(notes, 1000.0, [0, 32, 64, 96, 128, 192, 256, -1, math.nan]) == \
+        [10.0, 10.0, 10.0, 20.0, 30.0, 30.0, None, None, None]
+    # A run resumed an hour later: its next points are dated by their own request, not spread over the pause.
+    resumed = [*notes, *notes_of([{"time": 4.0, "track": {"loss": {"step": [200, 264], "value": [1, 1]}}}], 4630.0)]
+    assert seconds_at(resumed, 1000.0, [192, 200, 264]) == [30.0, 3630.0, 3630.0]
     # A history a resumed run posts (no client time) has no clock: its steps get none, the next
     # request's points its arrival.
-    resumed = [*notes, *notes_of([{"track": {"loss": {"step": [256, 320], "value": [1, 1]}}}], 1100.0),
+    history = [*notes, *notes_of([{"track": {"loss": {"step": [256, 320], "value": [1, 1]}}}], 1100.0),
                *notes_of([{"time": 4.0, "track": {"loss": {"step": [384, 448], "value": [1, 1]}}}], 1200.0)]
-    assert resumed[2:] == [(320.0, None), (448.0, 1200.0)]
-    assert seconds_at(resumed, 1000.0, [256, 320, 384, 448]) == [None, None, 200.0, 200.0]
+    assert history[4:] == [(320.0, None), (384.0, 1200.0), (448.0, 1200.0)]
+    assert seconds_at(history, 1000.0, [256, 320, 352, 384, 448]) == [None, None, 200.0, 200.0, 200.0]
+    # No note at all (a run from before the clock): no point has a clock. A start after a point's
+    # arrival (another machine's clock): 0, never below.
+    assert seconds_at([], 1000.0, [0, 64]) == [None, None]
+    assert seconds_at(notes, 1020.0, [0, 192]) == [0.0, 10.0]
 
 
-def test_a_long_runs_clock_is_thinned_to_every_second_note_keeping_the_last() -> None:
-    notes = [(float(i), float(i)) for i in range(MAX_NOTES + 1)]
+def test_a_long_runs_clock_is_thinned_to_every_second_note_keeping_the_last_and_the_no_clock_marks() -> None:
+    notes: list[tuple[float, float | None]] = [(float(i), float(i)) for i in range(MAX_NOTES + 1)]
+    notes[5] = (5.0, None)  # a history's mark
     kept = thinned(notes)
-    assert len(kept) == MAX_NOTES // 2 + 1 and kept[0] == (0.0, 0.0) and kept[1] == (2.0, 2.0)
-    assert kept[-1] == (float(MAX_NOTES), float(MAX_NOTES))
-    assert seconds_at(kept, 0.0, [3.0]) == [3.0]  # a straight line still reads a straight run exactly
+    assert kept[:4] == [(0.0, 0.0), (2.0, 2.0), (4.0, 4.0), (5.0, None)] and kept[-1] == (float(MAX_NOTES), float(MAX_NOTES))
+    assert len(kept) == MAX_NOTES // 2 + 2
+    assert seconds_at(kept, 0.0, [7.0]) == [7.0]  # a straight line still reads a straight run exactly
 
 
 def test_a_runs_clock_is_kept_in_a_file_of_its_own_read_back_checked_and_removed(tmp_path: Path) -> None:
     clock = RunClock(tmp_path / "run_clock")
-    clock.note("run-a", [{"time": 1.0, "track": {"loss": {"step": [10], "value": [1]}}}], 1005.0)
+    clock.note("run-a", [{"time": 1.0, "track": {"loss": {"step": [0, 10], "value": [1, 1]}}}], 1005.0)
     clock.note("run-b", [{"status": {}}], 1006.0)  # no points: nothing noted, no file
-    assert json.loads((tmp_path / "run_clock" / "run-a.json").read_text()) == [[10.0, 1005.0]]
+    assert json.loads((tmp_path / "run_clock" / "run-a.json").read_text()) == [[0.0, 1005.0], [10.0, 1005.0]]
     assert sorted(p.name for p in (tmp_path / "run_clock").iterdir()) == ["run-a.json"]
     again = RunClock(tmp_path / "run_clock")  # a restarted dashboard
-    assert again.seconds("run-a", 1000.0, [5, 10]) == [2.5, 5.0] and again.seconds("run-a", None, [5]) == [None]
+    assert again.seconds("run-a", 1000.0, [5, 10]) == [5.0, 5.0] and again.seconds("run-a", None, [5]) == [None]
     (tmp_path / "run_clock" / "run-c.json").write_text('[[1, "noon"]]')
     with pytest.raises(ValueError, match=r"run-c\.json: not a run clock file"):
         again.seconds("run-c", 0.0, [1])
     again.forget("run-a")
     assert not (tmp_path / "run_clock" / "run-a.json").exists() and again.seconds("run-a", 1000.0, [5]) == [None]
+    with pytest.raises(ValueError, match="not a run uuid"):  # never a file name of anything else
+        again.seconds("../run-a", 1000.0, [5])
