@@ -4,6 +4,7 @@ offers no comparison, and the video panel does not cover a narrow window's page.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,21 +97,29 @@ def test_the_video_panel_covers_nothing_and_the_run_page_fits_the_width(
                                    f"{VISIBLE}(document.getElementById('dashboard-run-video'))", PAGE_LIMIT_S)
         browser.wait_until("document.body.innerText.includes('CONFIGURATIONS')", PAGE_LIMIT_S)
         browser.screenshot(tmp_path / f"run-{width}.png")
-        # In the page's flow, under the run's header card: no card lies under it.
-        page = browser.evaluate(
-            "(() => { const p = document.getElementById('dashboard-run-video').getBoundingClientRect();"
-            " const cards = [...document.querySelectorAll('.labml-card')].filter(c => c.getClientRects().length > 0)"
-            "   .map(c => c.getBoundingClientRect());"
-            " return {position: getComputedStyle(document.getElementById('dashboard-run-video')).position,"
-            "   covered: cards.filter(c => c.top < p.bottom && p.top < c.bottom && c.left < p.right && p.left < c.right).length,"
-            "   under_first_card: cards.length > 1 && cards[0].bottom <= p.top && p.bottom <= cards[1].top}; })()")
+        # In the page's flow, under the run's header card: no card lies under it. Measured while the
+        # panel is there: labml-app draws its cards again as their data comes, and run-video.js puts
+        # the panel back after each drawing (null in between).
+        page = None
+        deadline = time.monotonic() + PAGE_LIMIT_S
+        while page is None and time.monotonic() < deadline:
+            page = browser.evaluate(
+                "(() => { const v = document.getElementById('dashboard-run-video'); if (!v) return null;"
+                " const p = v.getBoundingClientRect();"
+                " const cards = [...document.querySelectorAll('.labml-card')].filter(c => c.getClientRects().length > 0)"
+                "   .map(c => c.getBoundingClientRect());"
+                " return {position: getComputedStyle(v).position,"
+                "   covered: cards.filter(c => c.top < p.bottom && p.top < c.bottom && c.left < p.right && p.left < c.right).length,"
+                "   under_first_card: cards.length > 1 && cards[0].bottom <= p.top && p.bottom <= cards[1].top}; })()")
+            if page is None:
+                time.sleep(0.2)
         widths = browser.evaluate(WIDTHS)
         # The top bar's buttons and links (the menu's burger, the title, the refresh and the rest), whole on screen.
         nav = browser.evaluate(
             "[...document.querySelectorAll('.nav-container a, .nav-container button, .nav-container .nav-link')]"
             f".filter({VISIBLE}).map(el => {{ const r = el.getBoundingClientRect();"
             " return {el: el.className || el.tagName, left: r.left, right: r.right}; })")
-    assert shown
+    assert shown and page is not None, "the video panel was never there to measure"
     assert page["position"] == "static" and page["covered"] == 0 and page["under_first_card"], page
     # Measured against a vertical scrollbar that takes room, as a classic one does.
     assert widths["inner"] == width and widths["tall"] and widths["scrollbar"] > 0, f"{widths}"
