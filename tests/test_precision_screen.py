@@ -53,7 +53,8 @@ def digests(folder: Path) -> dict[str, str]:
 def test_the_screen_measures_each_arithmetic_against_the_order_noise_and_leaves_the_run_alone(cli, tmp_path: Path) -> None:
     checkpoint = first_leg(cli, tmp_path)["checkpoint"]  # a real run after 1 of 3 updates, made once a session
     before = digests(tmp_path)
-    result = tool(cli, "precision_screen", "--checkpoints", checkpoint, "--precisions", "bf16", "bf16-emulated", "--orders", "2")
+    result = tool(cli, "precision_screen", "--checkpoints", checkpoint, "--precisions", "bf16", "bf16-emulated", "bf16-then-fp32",
+                  "--orders", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     (row,) = report["rows"]
@@ -69,6 +70,9 @@ def test_the_screen_measures_each_arithmetic_against_the_order_noise_and_leaves_
         assert set(row["summation_order"]) == {"fp32", "bf16"}
         assert row["emulation"][measure]["bf16_from_fp32"] == pytest.approx(row["precisions"]["bf16"]["deviation"][measure])
     assert row["precisions"]["bf16"]["bias"]["orders"] == 3
+    # The candidate's next update here (index 1 of 3) is in its bf16 nine tenths (fp32 from index
+    # 0.9 × 3 = 2.7 on): the screen measures the same update as bf16's, to the bit.
+    assert row["precisions"]["bf16-then-fp32"]["deviation"] == row["precisions"]["bf16"]["deviation"]
     assert "below the order noise" in result.stdout and "bf16-emulated from bf16" in result.stdout
     assert digests(tmp_path) == before  # nothing written to the run
     assert cli.leftovers() == []
