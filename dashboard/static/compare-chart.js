@@ -93,10 +93,10 @@
     }
 
     // spec: {metric, title, runs: [{uuid, label, color, xs, ys, first}], xLabel, xText(v), smoothing,
-    // zoom: [lo, hi] | null, width (px), onZoom([lo, hi])}. Returns the picture the PNG export draws (`titled`).
+    // zoom: [lo, hi] | null, onZoom([lo, hi])}. Returns the picture the PNG export draws (`titled`).
     function draw(figure, spec) {
         const box = figure.querySelector('.chart-box');
-        const W = Math.max(280, Math.round(spec.width || box.clientWidth || 900));
+        const W = Math.max(280, Math.round(box.clientWidth || 900));
         const LEFT = (W < 500 ? 52 : 70) + 16;  // the ticks' labels, and the metric's name turned upright
         const runs = spec.runs.map((run) => ({...run, smoothed: smooth(run.ys, spec.smoothing)}));
         const allX = runs.flatMap((r) => r.xs);

@@ -143,7 +143,7 @@ function pngOf(svg, link) {
     image.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(new XMLSerializer().serializeToString(svg))}`;
 }
 
-function chart(metric, answer, palette, width) {
+function chart(metric, answer, palette) {
     const figure = el('figure', {class: 'compare-chart', 'data-metric': metric});
     const title = `${metric} by ${AXES[xAxis]}`;
     const caption = el('figcaption', {}, title);
@@ -170,7 +170,7 @@ function chart(metric, answer, palette, width) {
     }
     figure.draw = () => {
         figure.exported = window.CompareChart.draw(figure, {
-            metric, title, runs, smoothing, zoom, width, xLabel: AXES[xAxis], xText: xAxis === 'steps' ? stepText : timeText,
+            metric, title, runs, smoothing, zoom, xLabel: AXES[xAxis], xText: xAxis === 'steps' ? stepText : timeText,
             onZoom: (range) => { zoom = range; setAddress(); redraw(); },
         });
         pngOf(figure.exported, png);
@@ -229,21 +229,14 @@ function metricChoices(recorded) {
     }
 }
 
-function redraw(again = false) {
+function redraw() {
     if (!answers) return;
     const palette = colors(chosenRuns);
-    // The width is read before the old charts go: without them the page may be short enough to lose
-    // its scrollbar for a moment, and charts drawn that wide would then push the page sideways.
-    const charts = document.getElementById('charts');
-    const width = charts.clientWidth;
-    const figures = chosenMetrics.map((m) => chart(m, answers[m], palette, width));
-    charts.replaceChildren(...figures);
+    const figures = chosenMetrics.map((m) => chart(m, answers[m], palette));
+    document.getElementById('charts').replaceChildren(...figures);
     for (const figure of figures) if (figure.draw) figure.draw();
     document.getElementById('zoom-reset').disabled = zoom === null;
     table(palette);
-    // The first charts are drawn before the page has its scrollbar (it was short): drawn again
-    // at once at the width left beside it, before anything reads the page.
-    if (charts.clientWidth !== width && !again) redraw(true);
 }
 
 async function ask(metric) {
@@ -316,8 +309,7 @@ axisChoice.addEventListener('change', () => {
     redraw();
 });
 document.getElementById('zoom-reset').addEventListener('click', () => { zoom = null; setAddress(); redraw(); });
-// The charts are drawn at their box's width: redrawn when it changes, a window's resize or a
-// classic scrollbar appearing as the page grows (the window's width does not change then).
+// The charts are drawn at their box's width: redrawn when it changes (a window's resize).
 let chartsWidth = null;
 new ResizeObserver(([box]) => {
     const now = Math.round(box.contentRect.width);
