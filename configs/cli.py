@@ -17,9 +17,9 @@ import typing
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from configs.fields import ConfigValue, Within
+from configs.fields import ConfigValue, Within, check_field
 from configs.launch import launch_config
-from configs.ppo import SECTIONS, ConfigError, PPOConfig, check_field, config_fields, section_of
+from configs.ppo import FIELDS, SECTION_OF, SECTIONS, ConfigError, PPOConfig
 from configs.refusals import ARGPARSE_MESSAGES, fail, shown
 from configs.version import NAME, VERSION
 
@@ -214,14 +214,14 @@ def build_parser(prog: str, description: str) -> OneLineParser:
                                   "Any option may be spelt with underscores instead of dashes; true/false also take yes/no, 1/0.")
     hints = typing.get_type_hints(PPOConfig)
     groups = {title: parser.add_argument_group(title) for title in SECTIONS}
-    for f in config_fields():
+    for f in FIELDS:
         live = " [live]" if f.metadata["live"] else ""
         check = f.metadata["check"]
         shown_range = f" [{check.shown}]" if isinstance(check, Within) else ""  # every number's range, as validate checks it
         text, own_default, default_note = f.metadata["help"].partition(" (default:")  # a none default's note stays last
         # A none default is explained by the field's own help ("(default: none, never)").
         default = "" if f.default is None else f" (default: {shown_default(f.default)})"
-        groups[section_of(f.name)].add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
+        groups[SECTION_OF[f.name]].add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
                            metavar=f.metadata["metavar"] or placeholder(hints[f.name]),
                                                    help=f"{text}{shown_range}{own_default}{default_note}{live}{default}")
     return parser
@@ -231,7 +231,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields given on the command line, converted to their types (ConfigError if not)."""
     hints = typing.get_type_hints(PPOConfig)
     values: dict[str, Any] = {}
-    for f in config_fields():
+    for f in FIELDS:
         if f.name in vars(args):
             convert, accepted = value_converter(hints[f.name])
             text = getattr(args, f.name)
@@ -267,15 +267,10 @@ def parse_overrides(argv: Sequence[str] | None, prog: str, description: str,
     try:
         overrides = spell_game(overrides_from_args(args), canonical_game)
         for name, value in overrides.items():
-            check_field(name, value)
+            check_field(PPOConfig.__dataclass_fields__[name], value)
     except ConfigError as e:
         fail(str(e))
     return args, overrides
-
-
-def game_check(canonical_game: typing.Callable[[str], str | None] | None) -> typing.Callable[[str], bool] | None:
-    """The check `validate` takes: a game that exists, spelt as the emulator spells it (none without one)."""
-    return None if canonical_game is None else lambda game: canonical_game(game) == game
 
 
 def parse_config(argv: Sequence[str] | None, prog: str, description: str,
@@ -283,10 +278,12 @@ def parse_config(argv: Sequence[str] | None, prog: str, description: str,
                  canonical_game: typing.Callable[[str], str | None] | None = None,
                  cores: int | None = None) -> tuple[PPOConfig, argparse.Namespace, dict[str, Any]]:
     """Parse, then make the config (with the games grouped by `cores` unless None or chosen); exits
-    with one line on any bad input."""
+    with one line on any bad input. With `canonical_game`, the game must be one it knows, spelled
+    as it spells it (as the command line's is); without, the game's name is not checked."""
     args, overrides = parse_overrides(argv, prog, description, add_arguments, canonical_game)
+    game_exists = None if canonical_game is None else lambda game: canonical_game(game) == game
     try:
-        config, _ = launch_config(overrides, cores, game_exists=game_check(canonical_game))
+        config, _ = launch_config(overrides, cores, game_exists=game_exists)
     except ConfigError as e:
         fail(str(e))
     return config, args, overrides

@@ -7,7 +7,7 @@ import math
 import numbers
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from typing import Any
 
 # ---- per-field constraints -------------------------------------------------------------------
@@ -56,13 +56,12 @@ class Within:
     high: float
     low_open: bool = False
     optional: bool = False
+    shown: str = field(init=False, compare=False)  # the range as --help and the refusal write it: `1 to 256`, `> 0 and ≤ 86400`
 
-    @property
-    def shown(self) -> str:
-        """The range as --help and the refusal write it: `1 to 256`, `> 0 and ≤ 86400`."""
+    def __post_init__(self) -> None:
         # Integers grouped as Python writes them (10_000_000), which the command line reads back too.
         low, high = (f"{x:_}" if isinstance(x, int) else f"{x:g}" for x in (self.low, self.high))
-        return f"> {low} and ≤ {high}" if self.low_open else f"{low} to {high}"
+        object.__setattr__(self, "shown", f"> {low} and ≤ {high}" if self.low_open else f"{low} to {high}")
 
     def __call__(self, v: Any) -> str | None:
         if v is None and self.optional:
@@ -160,6 +159,25 @@ def hp(default: Any, help: str, check: Check | None = None, live: tuple[float, f
     return field(default=default, metadata={"help": help, "check": check, "live": live, "run_option": run_option,
                                             "metavar": metavar})
 
+
+
+def check_field(f: Field[Any], value: object) -> None:
+    """`ConfigError` for a value the field `f` (a `PPOConfig` field, declared by `hp`) does not
+    accept on its own: a finite number, its rule, and a live hyperparameter's range."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f.name, value, "a finite number")
+    check = f.metadata["check"]
+    if check is not None and (problem := check(value)) is not None:
+        raise ConfigError(f.name, value, problem)
+    if f.metadata["live"] is not None:
+        low, high = f.metadata["live"]
+        if (problem := live_value_problem_in(value, low, high, integral(f))) is not None:
+            raise ConfigError(f.name, value, problem)
+
+
+def integral(f: Field[Any]) -> bool:
+    """Whether the field `f` holds an integer, as its default does (`epochs`, not `learning_rate`)."""
+    return isinstance(f.default, int) and not isinstance(f.default, bool)
 
 
 class ConfigError(ValueError):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from configs.fields import ConfigError
-from configs.ppo import PPOConfig, config_fields, validate
+from configs.ppo import FIELDS, PPOConfig, validate
 
 # How the games are spread over worker processes: a speed setting of the machine (grouped_for_cores)
 # that a resume may change (--n-workers, --envs-per-worker) as long as the games stay the same: a
@@ -60,7 +60,7 @@ def config_from_overrides(overrides: Mapping[str, Any], base: PPOConfig | None =
 
 def check_resume_changes(saved: PPOConfig, overrides: Mapping[str, Any]) -> None:
     """`ConfigError` for a command-line value a resume may not change (what the run learns)."""
-    run_options = {f.name for f in config_fields() if f.metadata["run_option"]}
+    run_options = {f.name for f in FIELDS if f.metadata["run_option"]}
     for name, value in overrides.items():
         if name not in run_options | GROUPING and value != getattr(saved, name):
             raise ConfigError(name, value, f"the resumed run's own value {getattr(saved, name)!r} (only run options such as "

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from configs.fields import (
@@ -27,10 +27,12 @@ from configs.fields import (
     ConfigError,
     Within,
     braced,
+    check_field,
     device_name,
     folder_name,
     folder_path,
     hp,
+    integral,
     live_value_problem_in,
     non_negative,
     not_empty,
@@ -189,8 +191,6 @@ class PPOConfig:
 
 
 # ---- how --help groups the fields: section title → its fields, shown in this order ----------------
-# Every field is in exactly one section (`section_of` raises for one left out, so a new field
-# cannot silently miss the command line).
 SECTIONS: dict[str, tuple[str, ...]] = {
     "the game and its preprocessing": ("game", "noop_max", "fire_on_reset", "relaunch", "terminal_on_life_loss", "reset_stack_on_life_loss",
                                        "clip_rewards", "frame_skip", "frame_stack", "max_episode_frames"),
@@ -205,32 +205,23 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "faults": ("max_worker_restarts", "restart_window", "skip_nonfinite", "worker_timeout"),
 }
 
-
-def section_of(name: str) -> str:
-    """The --help section of the field `name`."""
-    for title, names in SECTIONS.items():
-        if name in names:
-            return title
-    raise KeyError(f"{name}: a config field that no section of configs.ppo.SECTIONS lists")
-
-
-def config_fields() -> list[dataclasses.Field[Any]]:
-    return list(dataclasses.fields(PPOConfig))
-
+# ---- read once from the declarations above: the tables every layer reads --------------------------
+FIELDS: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(PPOConfig)
+SECTION_OF: Mapping[str, str] = MappingProxyType({name: title for title, names in SECTIONS.items() for name in names})
+# Every field in exactly one section, checked as the module loads: a new field cannot silently miss
+# the command line, nor a renamed one leave a stale name here.
+if sorted(SECTION_OF) != sorted(f.name for f in FIELDS) or len(SECTION_OF) != sum(map(len, SECTIONS.values())):
+    raise RuntimeError(f"configs.ppo.SECTIONS must list every PPOConfig field once: {sorted(set(SECTION_OF) ^ {f.name for f in FIELDS})}")
 
 LiveValues = dict[str, float]  # the live hyperparameters' values by name (an int for `epochs`)
-
-
-def live_ranges() -> dict[str, tuple[float, float]]:
-    """The dynamic hyperparameters and their allowed ranges."""
-    return {f.name: f.metadata["live"] for f in config_fields() if f.metadata["live"] is not None}
+# The dynamic hyperparameters and their allowed ranges.
+LIVE_RANGES: Mapping[str, tuple[float, float]] = MappingProxyType({f.name: f.metadata["live"] for f in FIELDS if f.metadata["live"] is not None})
 
 
 def live_value_problem(name: str, value: object) -> str | None:
     """What is wrong with `value` as the live hyperparameter `name` (the "accepted" text), or None
     when it may be applied: the rule (`live_value_problem_in`) with the field's own range."""
-    low, high = live_ranges()[name]
-    return live_value_problem_in(value, low, high, _integral(name))
+    return live_value_problem_in(value, *LIVE_RANGES[name], integral(PPOConfig.__dataclass_fields__[name]))
 
 
 def accepted_live_values(received: Mapping[str, Any], fallback: Mapping[str, float]) -> tuple[LiveValues, dict[str, str]]:
@@ -241,25 +232,20 @@ def accepted_live_values(received: Mapping[str, Any], fallback: Mapping[str, flo
     checkpoint) takes them through here."""
     accepted: LiveValues = {}
     refused: dict[str, str] = {}
-    ranges = live_ranges()
-    for name in [*ranges, *(k for k in received if k not in ranges)]:
-        if name not in ranges:
+    for name in [*LIVE_RANGES, *(k for k in received if k not in LIVE_RANGES)]:
+        if name not in LIVE_RANGES:
             refused[name] = "a live hyperparameter"
             continue
         if name not in received and name not in fallback:
             continue
         value = received.get(name, fallback.get(name))
         if (problem := live_value_problem(name, value)) is None:
-            accepted[name] = int(value) if _integral(name) else float(value)
+            accepted[name] = int(value) if integral(PPOConfig.__dataclass_fields__[name]) else float(value)
         else:
             refused[name] = problem
             if name in fallback:
                 accepted[name] = fallback[name]
     return accepted, refused
-
-
-def _integral(name: str) -> bool:
-    return isinstance(PPOConfig.__dataclass_fields__[name].default, int)
 
 
 def _importable(module: str) -> bool:
@@ -273,8 +259,8 @@ def _importable(module: str) -> bool:
 def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None) -> PPOConfig:
     """Check every value, then every combination; raise `ConfigError` on the first bad one.
     `game_exists` checks the game's name (not checked without it)."""
-    for f in config_fields():
-        check_field(f.name, getattr(config, f.name))
+    for f in FIELDS:
+        check_field(f, getattr(config, f.name))
     # Which games exist is the emulator's knowledge, not the config's: the caller passes the check
     # in (`game.atari.is_known_game`), so this package never imports the game package.
     if game_exists is not None and not game_exists(config.game):
@@ -288,18 +274,6 @@ def validate(config: PPOConfig, game_exists: Callable[[str], bool] | None = None
     if config.dashboard is not None and (problem := url_problem(config.dashboard)):
         raise ConfigError("dashboard", config.dashboard, problem)
     return config
-
-
-def check_field(name: str, value: object) -> None:
-    """`ConfigError` for a value the field `name` does not accept on its own."""
-    f = PPOConfig.__dataclass_fields__[name]
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f.name, value, "a finite number")
-    check = f.metadata["check"]
-    if check is not None and (problem := check(value)) is not None:
-        raise ConfigError(f.name, value, problem)
-    if f.metadata["live"] is not None and (problem := live_value_problem(f.name, value)) is not None:
-        raise ConfigError(f.name, value, problem)
 
 
 def _check_sizes(config: PPOConfig) -> None:

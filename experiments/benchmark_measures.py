@@ -16,7 +16,7 @@ import numpy as np
 import psutil
 import torch
 
-from configs.ppo import PPOConfig, live_ranges
+from configs.ppo import LIVE_RANGES, PPOConfig
 from experiments.timing import timed_rate, warmup_seconds
 from game.atari import gym_id
 from game.vector import EnvPool, game_specs, make_pool
@@ -244,7 +244,7 @@ def _network_steps(config: PPOConfig, n_actions: int, device: torch.device, fram
     targets = torch.randn(mb, generator=generator).to(device)
     old_log_probs = torch.full((mb,), -math.log(n_actions), device=device)  # a uniform sampling policy
     minibatch = Batch(x, actions, old_log_probs, torch.zeros(mb, device=device), targets, targets)
-    settings = annealed({k: getattr(config, k) for k in live_ranges()}, config, update=0)  # the first update's
+    settings = annealed({k: getattr(config, k) for k in LIVE_RANGES}, config, update=0)  # the first update's
 
     def infer() -> None:
         observations = torch.from_numpy(frames).to(device).contiguous(memory_format=memory_format)

@@ -16,7 +16,7 @@ import numpy as np
 
 from configs.cli import value_converter
 from configs.fields import MAX_SEED, ConfigValue
-from configs.ppo import PPOConfig, config_fields
+from configs.ppo import FIELDS, PPOConfig
 
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 
@@ -47,7 +47,7 @@ def whole_number(value: Any, where: str, low: int, high: int) -> int:
 def _check_name(name: str, where: str) -> str:
     """`name` when it is a hyperparameter's; else SweepError naming `where` it was given, with the
     nearest name (`learnin_rate` → learning_rate), as the command line answers an unknown option."""
-    fields = [f.name for f in config_fields()]
+    fields = [f.name for f in FIELDS]
     if name not in fields:
         guess = next(iter(difflib.get_close_matches(name, fields, n=1)), None)
         hint = f"; did you mean {guess}?" if guess else " (see python -m experiments.breakout --help)"

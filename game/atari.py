@@ -131,6 +131,12 @@ def relaunch_refusal(game: str, relaunch: str, meanings: list[str] | None = None
     return None
 
 
+def is_spelled_as_known(game: str) -> bool:
+    """True when `game` names an ALE game spelled as the ALE spells it (`Pong`, not `pong`): the
+    check of a new run's config, whose command line was spelled so (`configs.cli.spell_game`)."""
+    return canonical_game(game) == game
+
+
 def canonical_game(game: str) -> str | None:
     """`game` spelled as the ALE spells it, whatever its case (`pong` → `Pong`, `ale/pong-v5` →
     `ALE/Pong-v5`), or None when no ALE game has that name. A short name stays short: it is what

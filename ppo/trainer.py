@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from configs.ppo import LiveValues, PPOConfig, live_ranges
+from configs.ppo import LIVE_RANGES, LiveValues, PPOConfig
 from game.vector import EnvPool, PoolError, StepBatch, WorkerKeepsFailing
 from ppo.checkpoint import Checkpoint
 from ppo.devices import resolve_precision
@@ -63,9 +63,9 @@ class Trainer:
         # takes its memory from the kernel again as zeroed pages (ppo/memory.py).
         keep_freed_memory()
         # Where the live hyperparameters come from: labml's dynamic values in a run, the config here.
-        self.live_values = live_values or (lambda: {k: getattr(config, k) for k in live_ranges()})
+        self.live_values = live_values or (lambda: {k: getattr(config, k) for k in LIVE_RANGES})
         # The live values last applied: what a checkpoint saves as their bases.
-        self.live_in_use: LiveValues = {k: getattr(config, k) for k in live_ranges()}
+        self.live_in_use: LiveValues = {k: getattr(config, k) for k in LIVE_RANGES}
         # Asked between minibatches; True abandons the update in progress (`UpdateAbandoned`). The run
         # sets it to "a stop was requested", so Ctrl-C/SIGTERM never waits for a whole update.
         self.should_stop: Callable[[], bool] | None = None

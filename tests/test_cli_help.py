@@ -15,7 +15,7 @@ import pytest
 
 from configs.cli import parse_config
 from configs.fields import PRECISIONS
-from configs.ppo import SECTIONS, config_fields
+from configs.ppo import FIELDS, SECTIONS
 from configs.version import VERSION
 from experiments.commands import COMMANDS
 from game.atari import canonical_game
@@ -24,7 +24,7 @@ from tests.conftest import REPO
 from tests.test_experiment import summary_of
 
 ENTRY_POINTS = ["breakout", "evaluate", "dashboard", "tweak", "benchmark", "sweep", "curves", "peer_sb3"]
-UNDERSCORED = [f.name for f in config_fields() if "_" in f.name]
+UNDERSCORED = [f.name for f in FIELDS if "_" in f.name]
 
 # `python -m MODULE ARGS` with torch, Ray and labml made unimportable: each attempt to import one
 # is refused (ImportError) and recorded, so that one hidden behind a `try` is seen too. What the
@@ -155,7 +155,7 @@ def test_training_help_shows_each_option_once_with_a_typed_placeholder(cli, monk
     assert len(lines) < 185, len(lines)
     assert lines[0] == "usage: python -m experiments.breakout [-h] [--version] [--OPTION VALUE ...]"
     entries = option_entries(result.stdout)
-    for f in config_fields():
+    for f in FIELDS:
         dashed = "--" + f.name.replace("_", "-")
         assert len(re.findall(rf"^  {dashed}\b(?!-)", result.stdout, re.M)) == 1, dashed
     for name in UNDERSCORED:  # still accepted (below), never shown
@@ -188,7 +188,7 @@ def test_training_help_names_each_default_once_as_it_is_typed(cli) -> None:
 
 def test_every_field_is_in_exactly_one_help_section() -> None:
     listed = [name for names in SECTIONS.values() for name in names]
-    assert sorted(listed) == sorted(f.name for f in config_fields())
+    assert sorted(listed) == sorted(f.name for f in FIELDS)
 
 
 def test_a_misspelt_option_is_one_line_with_a_suggestion(cli) -> None:

@@ -12,16 +12,16 @@ from hypothesis import strategies as st
 
 from configs.cli import build_parser, overrides_from_args
 from configs.launch import config_from_overrides
-from configs.ppo import ConfigError, PPOConfig, config_fields, live_ranges, validate
+from configs.ppo import FIELDS, LIVE_RANGES, ConfigError, PPOConfig, validate
 
-FIELDS = {f.name: f for f in config_fields()}
-NUMERIC = [f.name for f in config_fields() if isinstance(f.default, (int, float)) and not isinstance(f.default, bool)]
+BY_NAME = {f.name: f for f in FIELDS}
+NUMERIC = [f.name for f in FIELDS if isinstance(f.default, (int, float)) and not isinstance(f.default, bool)]
 texts = st.one_of(st.text(max_size=12), st.sampled_from(["nan", "inf", "-inf", "", " ", "1e309", "-0", "none", "1.5", "-3", "0"]),
                   st.integers(-10**6, 10**6).map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr))
 
 
 @settings(max_examples=300, deadline=None)
-@given(name=st.sampled_from(sorted(FIELDS)), text=texts)
+@given(name=st.sampled_from(sorted(BY_NAME)), text=texts)
 def test_any_text_for_any_option_is_accepted_or_refused_cleanly(name: str, text: str) -> None:
     args = argparse.Namespace(**{name: text})
     try:
@@ -55,10 +55,10 @@ def test_sizes_are_valid_exactly_when_the_batch_divides(n_workers: int, envs_per
 
 
 @settings(max_examples=200, deadline=None)
-@given(name=st.sampled_from(sorted(live_ranges())), value=st.floats(-1e3, 1e3, allow_nan=False))
+@given(name=st.sampled_from(sorted(LIVE_RANGES)), value=st.floats(-1e3, 1e3, allow_nan=False))
 def test_live_hyperparameters_stay_in_their_declared_range(name: str, value: float) -> None:
-    low, high = live_ranges()[name]
-    if isinstance(FIELDS[name].default, int):
+    low, high = LIVE_RANGES[name]
+    if isinstance(BY_NAME[name].default, int):
         value = round(value)
     config = PPOConfig(**{name: value})
     if low <= value <= high and value >= 0 and (name != "epochs" or value >= 1):
@@ -77,7 +77,7 @@ def test_unknown_option_and_conflicts() -> None:
 
 def test_every_field_is_documented_and_on_the_command_line() -> None:
     help_text = build_parser("x", "y").format_help()
-    for name, f in FIELDS.items():
+    for name, f in BY_NAME.items():
         assert f.metadata["help"], f"{name} has no comment"
         assert f"--{name.replace('_', '-')}" in help_text
     assert set(NUMERIC) >= {"learning_rate", "n_workers", "gamma"}

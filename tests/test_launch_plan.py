@@ -123,8 +123,8 @@ def test_both_start_up_paths_stay_within_their_counted_stays_files_and_climbs(tm
     spec.loader.exec_module(tool)
     summary = run_once(Cli(), tmp_path, *SMOKE)
     for argv, (most_stays, most_files, most_climbs) in (
-            (["--data-dir", str(tmp_path / "new"), "--updates", "2", "--n-workers", "2", "--worker-steps", "16"], (26, 10, 3)),
-            (["--data-dir", str(tmp_path), "--resume", summary["run_uuid"]], (36, 15, 7))):
+            (["--data-dir", str(tmp_path / "new"), "--updates", "2", "--n-workers", "2", "--worker-steps", "16"], (17, 10, 3)),
+            (["--data-dir", str(tmp_path), "--resume", summary["run_uuid"]], (29, 15, 7))):
         stays, refused = tool.walk(argv)
         assert refused is None, (argv, stays)
         assert (stays[0].file, stays[0].calls[0]) == ("experiments/breakout.py", "main")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from configs.ppo import config_fields
+from configs.ppo import FIELDS
 from tests.conftest import REPO
 from tests.process_table import children
 
@@ -56,7 +56,7 @@ TRAINING: dict[str, frozenset[str]] = {
 
 
 def test_the_table_names_every_training_option() -> None:
-    assert set(TRAINING) == {f.name for f in config_fields()}
+    assert set(TRAINING) == {f.name for f in FIELDS}
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from configs.ppo import PPOConfig, live_ranges, live_value_problem
+from configs.ppo import LIVE_RANGES, PPOConfig, live_value_problem
 
 # The live values updates.csv records (learning_rate and clip_range as annealed, epochs as
 # epochs_done), so each change a member is sent shows in its run folder as well as on its page.
@@ -26,7 +26,7 @@ FACTORS = (0.8, 1.2)  # Jaderberg et al. 2017's perturbation
 
 def check_explored(names: list[str]) -> str | None:
     """What is wrong with `names` as the hyperparameters to explore (the accepted text), or None."""
-    live = sorted(live_ranges())
+    live = sorted(LIVE_RANGES)
     if not names or any(name not in live for name in names) or len(set(names)) != len(names):
         return f"distinct live hyperparameters, comma-separated, from {', '.join(live)}"
     return None
@@ -37,7 +37,7 @@ def perturbed(values: dict[str, Any], names: list[str], rng: np.random.Generator
     its range in configs/ppo.py, and checked there as the trainer checks what it receives."""
     changes: dict[str, Any] = {}
     for name in names:
-        low, high = live_ranges()[name]
+        low, high = LIVE_RANGES[name]
         value, factor = values[name], FACTORS[int(rng.integers(len(FACTORS)))]
         if isinstance(PPOConfig.__dataclass_fields__[name].default, int):
             new: Any = round(value * factor)

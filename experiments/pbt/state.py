@@ -25,7 +25,7 @@ from configs.cli import value_converter
 from configs.fields import MAX_SEED
 from configs.files import atomic_write
 from configs.launch import config_from_overrides
-from configs.ppo import ConfigError, PPOConfig, live_ranges, live_value_problem
+from configs.ppo import LIVE_RANGES, ConfigError, PPOConfig, live_value_problem
 from experiments.pbt.explore import check_explored
 from experiments.run.folders import RunFolder, check_plain_folder, publish
 from game.atari import is_known_game
@@ -210,7 +210,7 @@ def _check_schedule(values: dict[str, Any], base: PPOConfig) -> None:
         raise _bad(values, "generation", f"an integer from 0 to {generations}, the population's segments")
     explore = values["explore"]
     if not isinstance(explore, list) or not all(isinstance(n, str) for n in explore) or check_explored(explore) is not None:
-        raise _bad(values, "explore", f"a list of distinct live hyperparameters from {', '.join(sorted(live_ranges()))}")
+        raise _bad(values, "explore", f"a list of distinct live hyperparameters from {', '.join(sorted(LIVE_RANGES))}")
     cpus = values["cpus_per_member"]
     if not isinstance(cpus, int | float) or isinstance(cpus, bool) or not (0 < cpus <= MAX_CPUS and math.isfinite(cpus)):
         raise _bad(values, "cpus_per_member", f"a number > 0 and ≤ {MAX_CPUS}")
@@ -247,9 +247,9 @@ def _check_unqueued(values: dict[str, Any]) -> None:
         if not isinstance(changes, dict) or not changes:
             raise _bad(values, f"unqueued.{member}", "a JSON object of live values")
         for name, value in changes.items():
-            if name not in live_ranges():
+            if name not in LIVE_RANGES:
                 raise PopulationFileError(f"{STATE}'s unqueued.{member} has {shown(name)}: expected live "
-                                          f"hyperparameters ({', '.join(sorted(live_ranges()))})")
+                                          f"hyperparameters ({', '.join(sorted(LIVE_RANGES))})")
             too_large = isinstance(value, int) and abs(value) > 2**63  # past any range, and past a float
             if (problem := "a number in its range" if too_large else live_value_problem(name, value)) is not None:
                 raise _bad(values, f"unqueued.{member}.{name}", problem)

@@ -25,7 +25,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from configs.cli import game_check
 from configs.fields import ConfigError
 from configs.launch import grouped_for_cores, launch_config
 from configs.machine import usable_cores
@@ -34,7 +33,7 @@ from configs.urls import strip_userinfo
 from experiments.run import games_csv, updates_csv
 from experiments.run.folders import CHECKPOINTS, RunFolder, read_record
 from experiments.run.safe_files import UnsafeRunFolder, open_to_read
-from game.atari import canonical_game, is_known_game, relaunch_refusal
+from game.atari import is_known_game, is_spelled_as_known, relaunch_refusal
 from ppo.checkpoint_counts import read_counts
 from ray_setup.installed import ray_version_problem
 
@@ -74,35 +73,35 @@ def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uui
     if resume is not None and folder is None:
         raise ConfigError("resume", resume, f"the uuid of a run under {data_dir}/ ({RunFolder.none_named(data_dir)})")
     checkpoints = [folder.path / checkpoint for checkpoint in CHECKPOINTS] if folder is not None else []
-    if folder is not None and any(path.exists() for path in checkpoints):
-        return plan_resume(folder, overrides, checkpoints, label)
-    if folder is not None and resume is not None:  # answered before the learner loads
+    resumable = any(path.exists() for path in checkpoints)
+    if folder is not None and resume is not None and not resumable:  # answered before the learner loads
         raise ConfigError("resume", resume, f"a run with a checkpoint to resume from ({folder.path} has none: it "
                                             "stopped before its first checkpoint, so there is nothing to go on from)")
-    cores = usable_cores() if run_uuid is None else None  # a trial's games are grouped by its sweep or population
-    config, choices = launch_config(overrides, cores, game_exists=game_check(canonical_game))
-    if folder is not None:
+    if folder is not None:  # checked before a byte of it is read, or, a lost start's, cleared through a link
         try:
-            folder.check()  # the lost start's, cleared as the run starts: nothing is removed through a link
+            owner = folder.check()
         except UnsafeRunFolder as e:
-            raise LaunchRefused(str(e)) from None
+            if not resumable:
+                raise LaunchRefused(str(e)) from None
+            raise ConfigError("resume", folder.uuid, f"a run folder of plain files and folders ({e}; nothing was read or written)") from None
+        if resumable and owner is not None and owner != os.getpid():
+            raise ConfigError("resume", folder.uuid, f"a run that is not running (process {owner} is still running it)")
+        if resumable:
+            return plan_resume(folder, overrides, checkpoints, label)
+    cores = usable_cores() if run_uuid is None else None  # a trial's games are grouped by its sweep or population
+    config, choices = launch_config(overrides, cores, game_exists=is_spelled_as_known)
     check_can_start(config)
     return LaunchPlan(config, run_uuid=run_uuid, folder=folder, lost_start=folder is not None,
                       machine_choices=MappingProxyType(choices), label=label)
 
 
 def plan_resume(folder: RunFolder, overrides: Mapping[str, Any], checkpoints: list[Path], label: str | None) -> LaunchPlan:
-    """The plan that goes on with the run in `folder` from the last good of its `checkpoints`, each
-    part of the folder read once, in the order that keeps reading safe: the folder itself (`check`:
-    before a byte of it is read) and its owner, its checkpoint, checked whole with the run's own
-    config (ppo.resume_point.read_resume_point), the changes its command line may make to that config
-    (configs/launch.py), then its records (`read_record`); `ConfigError` or `LaunchRefused` in one line otherwise."""
-    try:
-        owner = folder.check()
-    except UnsafeRunFolder as e:
-        raise ConfigError("resume", folder.uuid, f"a run folder of plain files and folders ({e}; nothing was read or written)") from None
-    if owner is not None and owner != os.getpid():
-        raise ConfigError("resume", folder.uuid, f"a run that is not running (process {owner} is still running it)")
+    """The plan that goes on with the run in `folder` (checked by `plan_launch`: plain files and
+    folders, no other process running it) from the last good of its `checkpoints`, each part of the
+    folder read once, in the order that keeps reading safe: its checkpoint, checked whole with the
+    run's own config (ppo.resume_point.read_resume_point), the changes its command line may make to
+    that config (configs/launch.py), then its records (`read_record`); `ConfigError` or
+    `LaunchRefused` in one line otherwise."""
     if overrides.get("stop_after_env_steps") is not None:  # answered before torch loads where the checkpoints tell
         refuse_stop_below_steps(overrides, checkpoints)
     from ppo.checkpoint import CheckpointError

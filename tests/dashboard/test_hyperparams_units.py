@@ -64,8 +64,8 @@ def test_integers_are_checked_against_their_range(value: int) -> None:
 def test_the_dashboard_and_the_trainer_decide_by_one_rule(value: Any) -> None:
     """The dashboard refuses exactly what the trainer would refuse, for a run that declared
     configs/ppo.py's ranges: both call configs/fields.py's `live_value_problem_in`."""
-    from configs.ppo import PPOConfig, live_ranges, live_value_problem
-    for name, (low, high) in live_ranges().items():
+    from configs.ppo import LIVE_RANGES, PPOConfig, live_value_problem
+    for name, (low, high) in LIVE_RANGES.items():
         integral = isinstance(getattr(PPOConfig(), name), int)
         spec = DynamicParamSpec(name, "int" if integral else "float", getattr(PPOConfig(), name), low, high)
         try:

@@ -21,7 +21,7 @@ from typing import Any
 # labml 0.5 keeps these in an internal module (labml.configs no longer re-exports them).
 from labml.internal.configs.dynamic_hyperparam import DynamicHyperParam
 
-from configs.ppo import LiveValues, PPOConfig, accepted_live_values, live_ranges
+from configs.ppo import LIVE_RANGES, LiveValues, PPOConfig, accepted_live_values
 
 
 def _peek(param: DynamicHyperParam) -> tuple[Any, bool]:
@@ -58,7 +58,7 @@ class LiveHyperParams:
     """The run's live hyperparameters, a resumed run's `overrides` applied; what arrives is reported to `say`."""
 
     def __init__(self, config: PPOConfig, overrides: dict[str, float] | None, say: Callable[[str], None]) -> None:
-        self.params = {name: _CheckedParam(name, getattr(config, name), range_, say) for name, range_ in live_ranges().items()}
+        self.params = {name: _CheckedParam(name, getattr(config, name), range_, say) for name, range_ in LIVE_RANGES.items()}
         with warnings.catch_warnings():
             # set_value warns that the param is not registered yet: `experiment.configs` does that later.
             warnings.filterwarnings("ignore", message="Register dynamic schedules", category=UserWarning)
