@@ -26,6 +26,7 @@ from configs.urls import DEFAULT_DASHBOARD as DEFAULT_DASHBOARD_URL
 from configs.urls import strip_userinfo
 from dashboard.client import DashboardError, get_hyperparams, set_hyperparams
 from experiments.run.folders import RunFolder
+from experiments.run.safe_files import UnsafeRunFolder, open_to_read
 
 Number = int | float
 
@@ -66,11 +67,10 @@ def recorded_dashboard(run_dir: Path) -> str | None:
     import yaml  # a labml dependency; only this message needs it
 
     try:
-        fd = os.open(run_dir / "configs.yaml", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
+        with open_to_read(run_dir / "configs.yaml") as f:
             text = f.read(1 << 20) if os.fstat(f.fileno()).st_size <= 1 << 20 else b""
         url = yaml.safe_load(text)["dashboard"]["computed"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, UnsafeRunFolder, yaml.YAMLError, KeyError, TypeError):
         return None
     return strip_userinfo(url) if isinstance(url, str) and url.isprintable() and url_problem(url) is None else None
 

@@ -235,7 +235,7 @@ def test_a_populations_own_writes_never_follow_a_link_planted_while_it_runs(tmp_
     a FIFO in its place is refused before a byte is written), population.json and lineage.png
     replaced whole (a link in their place, or where the old code staged population.json, is
     replaced, never written through)."""
-    from experiments.pbt.lineage import append_rows, plot
+    from experiments.pbt.lineage import append_rows, plot, read_rows
     from experiments.pbt.state import Population
     from experiments.run.safe_files import UnsafeRunFolder
 
@@ -256,8 +256,14 @@ def test_a_populations_own_writes_never_follow_a_link_planted_while_it_runs(tmp_
     with pytest.raises(UnsafeRunFolder):
         append_rows(folder / "lineage.csv", [row])
     (folder / "lineage.csv").unlink()
+    os.mkfifo(folder / "lineage.csv")  # read back for the plot after each generation: refused at once, never waited on
+    with pytest.raises(UnsafeRunFolder, match="is not a regular file"):
+        read_rows(folder / "lineage.csv")
+    (folder / "lineage.csv").unlink()
     append_rows(folder / "lineage.csv", [row])  # a file of its own is written as before
     assert (folder / "lineage.csv").read_bytes() == b"update,member,copied_from,changes,node_id,donor_node_id\r\n3,1,0,epochs=2,,\r\n"
+    assert read_rows(folder / "lineage.csv") == [{"update": "3", "member": "1", "copied_from": "0", "changes": "epochs=2",
+                                                   "node_id": "", "donor_node_id": ""}]
 
     for name in ("population.json", ".population.json.next", "lineage.png"):
         (folder / name).symlink_to(victim)

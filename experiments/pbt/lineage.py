@@ -12,7 +12,7 @@ from pathlib import Path
 
 from configs.files import atomic_write
 from experiments.run.folders import RunFolder, publish
-from experiments.run.safe_files import open_own_file
+from experiments.run.safe_files import open_own_file, open_to_read
 from experiments.run.updates_csv import read_updates
 
 COLUMNS = ("update", "member", "copied_from", "changes", "node_id", "donor_node_id")  # the Ray nodes their last segments ran on
@@ -32,7 +32,7 @@ def append_rows(path: Path, rows: list[dict[str, object]]) -> None:
 def read_rows(path: Path) -> list[dict[str, str]]:
     if not os.path.lexists(path):
         return []
-    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), newline="") as f:
+    with io.TextIOWrapper(open_to_read(path), newline="") as f:
         return list(csv.DictReader(f))
 
 

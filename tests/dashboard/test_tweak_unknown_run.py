@@ -6,6 +6,7 @@ With no dashboard listening at all, `tweak` refuses its --dashboard, exit code 2
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -85,3 +86,20 @@ def test_no_dashboard_listening_is_a_refusal_of_dashboard(changes: list[str], ca
     assert line.startswith(f"error: --dashboard {url}: expected a dashboard answering there (start one: "
                            f"python -m experiments.dashboard); cannot reach the dashboard at {url}/api/v1/hyperparams/"), line
     assert "refused" in line.lower(), line
+
+
+def test_the_recorded_dashboard_is_read_from_a_file_of_the_runs_own_never_through_a_link(tmp_path: Path) -> None:
+    """What the line says of where a run reported comes from its configs.yaml: read only where that is
+    a file of its own (a link's target is never read, a FIFO never waited on), and a URL's password dropped."""
+    from experiments.tweak import recorded_dashboard
+
+    recorded = "dashboard:\n  computed: http://user:secret@127.0.0.1:5005/api/v1/default\n"
+    (tmp_path / "configs.yaml").write_text(recorded)
+    assert recorded_dashboard(tmp_path) == "http://127.0.0.1:5005/api/v1/default"
+    elsewhere = tmp_path / "elsewhere.yaml"
+    (tmp_path / "configs.yaml").rename(elsewhere)
+    (tmp_path / "configs.yaml").symlink_to(elsewhere)
+    assert recorded_dashboard(tmp_path) is None
+    (tmp_path / "configs.yaml").unlink()
+    os.mkfifo(tmp_path / "configs.yaml")  # nobody writes it: answered at once
+    assert recorded_dashboard(tmp_path) is None
