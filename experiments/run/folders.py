@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from configs.fields import ConfigError
 from configs.files import fsync_folder
-from experiments.run.safe_files import UnsafeRunFolder, open_to_read, remove_dead_writers_files
+from experiments.run.safe_files import UnsafeRunFolder, remove_dead_writers_files
 
 RUN_UUID = re.compile(r"[0-9a-f]{32}")  # labml's, and a sweep's trials'
 RUN_ID = re.compile(r"[0-9a-f]{8,32}")  # a uuid, or the first 8 or more of its digits (the dashboard shows 8)
@@ -208,9 +208,12 @@ class RunFolder:
         """The pid of a live process that runs the run (labml's `run.pid`), or None: one small read,
         never through a link (one put there since the check is no owner), for a folder already checked."""
         try:
-            with open_to_read(self.path / RUN_PID) as f:
-                pid = int(f.read(32).decode().strip())
-        except (OSError, ValueError):  # none there, or not a pid file of labml's (a link: UnsafeRunFolder, a ValueError)
+            fd = os.open(self.path / RUN_PID, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                pid = int(os.read(fd, 32).decode().strip())
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):  # none there, or not a pid file of labml's (a link: ELOOP)
             return None
         try:
             os.kill(pid, 0)
