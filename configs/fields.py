@@ -160,7 +160,6 @@ def hp(default: Any, help: str, check: Check | None = None, live: tuple[float, f
                                             "metavar": metavar})
 
 
-
 def check_field(f: Field[Any], value: object) -> None:
     """`ConfigError` for a value the field `f` (a `PPOConfig` field, declared by `hp`) does not
     accept on its own: a finite number, its rule, and a live hyperparameter's range."""
