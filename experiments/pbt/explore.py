@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from configs.fields import integral
 from configs.ppo import LIVE_RANGES, PPOConfig, live_value_problem
 
 # The live values updates.csv records (learning_rate and clip_range as annealed, epochs as
@@ -39,7 +40,7 @@ def perturbed(values: dict[str, Any], names: list[str], rng: np.random.Generator
     for name in names:
         low, high = LIVE_RANGES[name]
         value, factor = values[name], FACTORS[int(rng.integers(len(FACTORS)))]
-        if isinstance(PPOConfig.__dataclass_fields__[name].default, int):
+        if integral(PPOConfig.__dataclass_fields__[name]):
             new: Any = round(value * factor)
             if new == value:
                 new = value + (1 if factor > 1 else -1)

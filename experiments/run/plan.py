@@ -77,16 +77,18 @@ def plan_launch(overrides: Mapping[str, Any], resume: str | None = None, run_uui
     if folder is not None and resume is not None and not resumable:  # answered before the learner loads
         raise ConfigError("resume", resume, f"a run with a checkpoint to resume from ({folder.path} has none: it "
                                             "stopped before its first checkpoint, so there is nothing to go on from)")
-    if folder is not None:  # checked before a byte of it is read, or, a lost start's, cleared through a link
+    if folder is not None:
+        # Checked whole before a byte of it is read (a resume's), or anything in it is removed (a
+        # lost start's, cleared as the run starts): nothing is read or removed through a link.
         try:
             owner = folder.check()
         except UnsafeRunFolder as e:
             if not resumable:
                 raise LaunchRefused(str(e)) from None
             raise ConfigError("resume", folder.uuid, f"a run folder of plain files and folders ({e}; nothing was read or written)") from None
-        if resumable and owner is not None and owner != os.getpid():
-            raise ConfigError("resume", folder.uuid, f"a run that is not running (process {owner} is still running it)")
         if resumable:
+            if owner is not None and owner != os.getpid():
+                raise ConfigError("resume", folder.uuid, f"a run that is not running (process {owner} is still running it)")
             return plan_resume(folder, overrides, checkpoints, label)
     cores = usable_cores() if run_uuid is None else None  # a trial's games are grouped by its sweep or population
     config, choices = launch_config(overrides, cores, game_exists=is_spelled_as_known)
