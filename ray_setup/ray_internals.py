@@ -21,7 +21,7 @@ that moved one is refused in one line at start-up, never half-working.
   starts, advises `RAY_AUTH_MODE=disabled` (`TOKEN_NOTICE_LOGGER`).
 - `ActorHandle._actor_id`: an actor's id before it has answered (`actor_id_of`).
 - `ray._private.node.Node(ray._private.parameter.RayParams(…), head=, shutdown_at_exit=,
-  spawn_reaper=)`, its `dashboard_agent_listen_port`, `all_processes["raylet"][0].process`,
+  spawn_reaper=)`, RayParams' `runtime_env_dir_name` and `dashboard_agent_listen_port`, `all_processes["raylet"][0].process`,
   `gcs_address`, `node_id` and `kill_all_processes(check_alive=, allow_graceful=)`: one node of
   tools/local_cluster.py, started in its own process (`start_node`), which `ray start` cannot do on
   loopback.

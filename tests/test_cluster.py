@@ -12,6 +12,7 @@ import re
 import signal
 import stat
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -125,6 +126,45 @@ def test_the_try_outs_sweep_spreads_its_trials_over_nodes_and_its_csv_names_each
     assert cli.leftovers() == []
 
 
+# One task on each node, of a job whose code is the folder argv[2]: where each ran, and what it imported.
+WHERE_THE_CODE_RUNS = """
+import json, os, sys
+from ray_setup.connection import RayConnection
+
+with RayConnection(sys.argv[1], runtime_env={"working_dir": sys.argv[2]}) as connection:  # imports Ray, loopback kept
+    ray = connection.ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=1)
+    def where() -> tuple[str, list[str]]:
+        return os.getcwd(), sorted(os.listdir("."))
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    done = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote() for node in nodes]
+    print(json.dumps(dict(zip(nodes, ray.get(done)))))
+"""
+
+
+def test_each_node_unpacks_a_jobs_code_in_a_folder_of_its_own(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    """The nodes of tools/local_cluster.py share one machine's disk, and Ray unpacks a job's code
+    (its working_dir) under the node's session folder, removing what is there first. With one
+    folder for every node, a node unpacking the code removed it under a task already importing it
+    on another: a sweep's trials failed at once with ModuleNotFoundError for
+    experiments.run.progress (CI, 2026-12-07). Each node unpacks into a folder of its own."""
+    local_cluster.bring_back()
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "job.py").write_text("WORDS = 'the job'\n")
+    result = forked_run.run([sys.executable, "-c", WHERE_THE_CODE_RUNS, local_cluster.address, str(code)], cwd=REPO,
+                            env=local_cluster.driver_env(Cli()), text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    where = json.loads(result.stdout.splitlines()[-1])
+    assert set(where) == {n["node_id"] for n in local_cluster.nodes()}
+    folders = [folder for folder, _ in where.values()]
+    assert len(set(folders)) == 3, folders  # one per node
+    assert all(listing == ["job.py"] for _, listing in where.values()), where
+
+
 def test_a_population_no_node_can_take_is_refused_before_anything_is_written(local_cluster: LocalCluster, tmp_path: Path) -> None:
     """F8 (issue 71): members of more CPUs than any node has ended the driver with exit 1, after it
     had made the population's folder and started its private dashboard."""
@@ -231,7 +271,6 @@ def test_node_crossing_measures_actors_spread_over_nodes_on_one_node_and_pipes_i
     up (the test that loses one may have run before), spread uses 2, one node 1, pipes none."""
     import importlib.util
     import subprocess
-    import sys
 
     from tests.conftest import REPO
 
@@ -268,7 +307,6 @@ def test_the_folder_a_killed_tool_left_is_removed_by_the_next_start(tmp_path: Pa
     token and Ray's logs), and nothing ever removed it. Its nodes end with it (a parent-death
     signal); the next start removes the folder, as a private Ray's start removes ray-private-* ones."""
     import subprocess
-    import sys
 
     from tests.cluster_support import TOOL
     from tests.conftest import REPO, wait_until_no_processes

@@ -30,6 +30,11 @@ Each node's process watches its raylet and reaps it the moment it ends: a raylet
 still looks alive to its workers (they check their raylet's pid), so the actors of a lost node
 would live on as orphans. It is also the subreaper of its node's processes and ends whatever of
 them is left, so nothing outlives a lost node; and it ends with this tool (a parent-death signal).
+
+The nodes share one session folder (one disk), as a real cluster's machines do not. Ray unpacks a
+job's code (`working_dir`) for each node in that folder, replacing any copy there, so each worker
+node here has a folder of its own for it (`runtime_resources-NAME`; the head keeps Ray's): one
+node's unpacking would pull the files from under the tasks of another.
 """
 
 from __future__ import annotations
@@ -116,7 +121,11 @@ def run_node(args: argparse.Namespace) -> int:
         # place a replacement on it.
         options.update(gcs_server_port=0, _system_config={"health_check_period_ms": 1000, "health_check_failure_threshold": 3})
     else:
-        options.update(gcs_address=args.gcs, include_log_monitor=False)
+        # Ray unpacks a job's code (its working_dir) in this folder of the session folder all nodes
+        # share here, removing what is there first: a worker node needs one of its own, else its
+        # unpacking pulls the files from under another node's tasks. The head keeps Ray's folder,
+        # where a joining driver (a node of none) puts the code it sends.
+        options.update(gcs_address=args.gcs, include_log_monitor=False, runtime_env_dir_name=f"runtime_resources-{args.name or os.getpid()}")
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
