@@ -129,4 +129,23 @@ def seeds_needed(sd_a: float, sd_b: float, margin: float, confidence: float = 0.
     return math.ceil(z * z * (sd_a ** 2 + sd_b ** 2) / margin ** 2)
 
 
-__all__ = ["Comparison", "NonInferiority", "compare", "non_inferiority", "permutation_p", "seeds_needed", "t_cdf", "t_quantile"]
+def chance_to_hold(difference: float, sd_a: float, sd_b: float, margin: float, seeds: int, have: tuple[int, int] = (0, 0),
+                   confidence: float = 0.95) -> float:
+    """The probability that the one-sided test at `margin` holds once each side has `seeds`, given
+    the `have` seeds a side already measured, if the true mean(B) − mean(A) is the `difference`
+    they measured (conditional power under the current trend; normal approximation, the spreads
+    as measured). With N = `seeds`, side a's final mean is (n_a / N)·(its mean now) + the mean of
+    N − n_a new seeds, so the final difference is about normal around `difference` with variance
+    ((N − n_a)·sd_a² + (N − n_b)·sd_b²) / N², and the test holds when it lies above
+    −margin + z·√((sd_a² + sd_b²) / N). With no seeds in hand and a difference of 0, this is
+    `seeds_needed`'s power; with every seed in hand, 1 or 0."""
+    seeds = max(seeds, *have)
+    threshold = -margin + NormalDist().inv_cdf(confidence) * math.sqrt((sd_a ** 2 + sd_b ** 2) / seeds)
+    spread = math.sqrt((seeds - have[0]) * sd_a ** 2 + (seeds - have[1]) * sd_b ** 2) / seeds
+    if spread == 0:
+        return float(difference > threshold)
+    return NormalDist().cdf((difference - threshold) / spread)
+
+
+__all__ = ["Comparison", "NonInferiority", "chance_to_hold", "compare", "non_inferiority", "permutation_p", "seeds_needed",
+           "t_cdf", "t_quantile"]

@@ -115,6 +115,11 @@ def test_the_non_inferiority_rule_worked_by_hand(cli, tmp_path: Path) -> None:
     assert (row["reference"], row["candidate"]) == ([10, 12, 14], [11, 13, 15])
     assert row["margin"] == pytest.approx(1.0) and row["difference"] == pytest.approx(1.0)
     assert row["low"] == pytest.approx(-2.4813, abs=1e-3) and not row["holds"] and row["seeds_needed"] == 50
+    # If the candidate is truly 1 higher, at 50 a side it holds above −1 + 1.644854 × √(8 / 50) =
+    # −0.342058; the 47 seeds a side to come move the difference by √(47 × 4 + 47 × 4) / 50 =
+    # 0.387814: Φ((1 + 0.342058) / 0.387814) = Φ(3.460573) = 0.99973.
+    assert row["chance_if_as_measured"] == pytest.approx(0.99973, abs=1e-4)
+    assert "| 1,000 | 12.0 ± 2.0 (3) | 13.0 ± 2.0 (3) | 1.00 | +1.00 [-2.48] | no | 50 | 100% |" in result.stdout
     assert report["holds"] is False and "the rule does not hold" in result.stdout
     # A margin of 2 spreads (4 points) is wide enough for these three seeds: −2.48 > −4.
     wide = tool(cli, "non_inferiority", "--runs", f"fp32={tmp_path / 'reference'}", "--runs", f"new={tmp_path / 'candidate'}",

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from experiments.seed_stats import compare, non_inferiority, permutation_p, seeds_needed, t_cdf, t_quantile
+from experiments.seed_stats import chance_to_hold, compare, non_inferiority, permutation_p, seeds_needed, t_cdf, t_quantile
 
 
 def test_t_cdf_with_one_degree_of_freedom_is_the_cauchy_cdf() -> None:
@@ -61,3 +61,18 @@ def test_seeds_needed_worked_by_hand() -> None:
     assert seeds_needed(2.0, 2.0, 1.0) == 50  # 6.182557 × 8 / 1 = 49.46
     assert seeds_needed(2.5, 1.0, 1.25) == 29  # 6.182557 × 7.25 / 1.5625 = 28.69
     assert seeds_needed(2.0, 2.0, 4.0) == 4  # 49.46 / 16 = 3.09
+
+
+def test_chance_to_hold_worked_by_hand() -> None:
+    # sd 2 a side, 50 seeds: se = √(8 / 50) = 0.4; z(0.95) = 1.644854; the test holds when the final
+    # difference lies above −1 + 1.644854 × 0.4 = −0.342058 (margin 1).
+    # No seed in hand: the final difference's spread is √(50 × 4 + 50 × 4) / 50 = 0.4. Alike
+    # (difference 0): Φ(0.342058 / 0.4) = Φ(0.855146) = 0.80376, at least the 80% that
+    # seeds_needed(2, 2, 1) = 50 was worked out for; lower by the margin: Φ(−1.644854) = 0.05.
+    assert chance_to_hold(0.0, 2.0, 2.0, 1.0, 50) == pytest.approx(0.80376, abs=1e-4)
+    assert chance_to_hold(-1.0, 2.0, 2.0, 1.0, 50) == pytest.approx(0.05, abs=1e-6)
+    # 25 a side measured, 0.6 lower: the 25 to come move the final difference by
+    # √(25 × 4 + 25 × 4) / 50 = 0.282843, so Φ((−0.6 + 0.342058) / 0.282843) = Φ(−0.911964) = 0.18089.
+    assert chance_to_hold(-0.6, 2.0, 2.0, 1.0, 50, have=(25, 25)) == pytest.approx(0.18089, abs=1e-4)
+    # Every seed in hand: nothing left to move it, so 1 above −0.342058 and 0 below.
+    assert (chance_to_hold(-0.3, 2.0, 2.0, 1.0, 50, have=(50, 50)), chance_to_hold(-0.4, 2.0, 2.0, 1.0, 50, have=(50, 50))) == (1.0, 0.0)

@@ -13,7 +13,11 @@ were read? This script applies that rule at each budget:
     mean(candidate) − mean(reference) lies above −margin;
   - the rule holds when it holds at every budget;
   - `seeds a side` is how many seeds each side needs for the rule to hold with 80% probability
-    if the two truly learn alike, from the spreads measured (`experiments.seed_stats.seeds_needed`).
+    if the two truly learn alike, from the spreads measured (`experiments.seed_stats.seeds_needed`);
+  - `chance then, if as measured` is the probability that it holds once each side has that many
+    seeds, given those measured, if the candidate truly differs by the difference measured
+    (conditional power, `experiments.seed_stats.chance_to_hold`): low, the measured gap itself
+    stands in the way, and more seeds are unlikely to show the candidate no worse.
 
 The first `--runs` label is the reference, the second the candidate (a label may be given several
 times: its folders are pooled). A score is the mean full-game score of the last 100 games, as in
@@ -33,7 +37,7 @@ from configs.cli import OneLineParser, docstring_help, int_in
 from configs.fields import MAX_ENV_STEPS
 from configs.refusals import bad_value, fail
 from experiments.curves import build_curve, parse_runs, read_all_games, run_span
-from experiments.seed_stats import non_inferiority, seeds_needed
+from experiments.seed_stats import chance_to_hold, non_inferiority, seeds_needed
 
 PROG = "python tools/non_inferiority.py"
 DEFAULT_BUDGETS = (500_000, 750_000, 1_000_000)
@@ -66,21 +70,24 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     steps = np.array(sorted(args.budgets), dtype=np.int64)
     curves = [build_curve(label, dirs, games, run_span(dirs, games), steps, 100) for label, dirs in groups.items()]
     rows = []
-    print(f"| agent steps | {reference} | {candidate} | margin | {candidate} − {reference} [one-sided 95% lower] | holds | seeds a side |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| agent steps | {reference} | {candidate} | margin | {candidate} − {reference} [one-sided 95% lower] | holds | seeds a side "
+          "| chance then, if as measured |")
+    print("|---|---|---|---|---|---|---|---|")
     for i, budget in enumerate(steps):
         a, b = (c.scores[:, i][~np.isnan(c.scores[:, i])] for c in curves)
         if len(a) < 2 or len(b) < 2:
-            print(f"| {budget:,} | {len(a)} seeds | {len(b)} seeds | – | – | – | – |")
+            print(f"| {budget:,} | {len(a)} seeds | {len(b)} seeds | – | – | – | – | – |")
             continue
         sd_a, sd_b = float(a.std(ddof=1)), float(b.std(ddof=1))
         margin = share * sd_a
         test = non_inferiority(a.tolist(), b.tolist(), margin)
         needed = seeds_needed(sd_a, sd_b, margin)
+        chance = chance_to_hold(test.difference, sd_a, sd_b, margin, needed, have=(len(a), len(b)))
         rows.append({"budget": int(budget), "reference": a.tolist(), "candidate": b.tolist(), "margin": margin,
-                     "difference": test.difference, "low": test.low, "holds": test.holds, "seeds_needed": needed})
+                     "difference": test.difference, "low": test.low, "holds": test.holds, "seeds_needed": needed,
+                     "chance_if_as_measured": chance})
         print(f"| {budget:,} | {a.mean():.1f} ± {sd_a:.1f} ({len(a)}) | {b.mean():.1f} ± {sd_b:.1f} ({len(b)}) | {margin:.2f} | "
-              f"{test.difference:+.2f} [{test.low:+.2f}] | {'yes' if test.holds else 'no'} | {needed} |")
+              f"{test.difference:+.2f} [{test.low:+.2f}] | {'yes' if test.holds else 'no'} | {needed} | {chance:.0%} |")
     holds = bool(rows) and len(rows) == len(steps) and all(r["holds"] for r in rows)
     print(f"the rule {'holds' if holds else 'does not hold'}: {candidate} is "
           f"{'shown' if holds else 'not shown'} to learn no worse than {reference} by more than "
