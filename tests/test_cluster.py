@@ -126,7 +126,7 @@ def test_the_try_outs_sweep_spreads_its_trials_over_nodes_and_its_csv_names_each
     assert cli.leftovers() == []
 
 
-# One task on each node, of a job whose code is the folder argv[2]: where each ran, and what it imported.
+# One task on each node, of a job whose code is the folder argv[2]: the folder each ran in, and what it holds.
 WHERE_THE_CODE_RUNS = """
 import json, os, sys
 from ray_setup.connection import RayConnection

@@ -121,10 +121,8 @@ def run_node(args: argparse.Namespace) -> int:
         # place a replacement on it.
         options.update(gcs_server_port=0, _system_config={"health_check_period_ms": 1000, "health_check_failure_threshold": 3})
     else:
-        # Ray unpacks a job's code (its working_dir) in this folder of the session folder all nodes
-        # share here, removing what is there first: a worker node needs one of its own, else its
-        # unpacking pulls the files from under another node's tasks. The head keeps Ray's folder,
-        # where a joining driver (a node of none) puts the code it sends.
+        # Its own folder for jobs' code (the docstring says why); the head keeps Ray's, where a
+        # joining driver writes the code it sends.
         options.update(gcs_address=args.gcs, include_log_monitor=False, runtime_env_dir_name=f"runtime_resources-{args.name or os.getpid()}")
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
