@@ -19,15 +19,19 @@ from typing import Any
 
 from experiments.run.folders import RunFolder
 from experiments.sweep_rows import SCORE, TrialRow
+from ray_setup.nodes import name_of
 
 PERIOD_S = 30.0  # a block at least this often while nothing changes
 LOOK_S = 2.0  # the trials' summaries read at most this often
 
 
 def node_text(summary: dict[str, Any]) -> str:
-    """The node a run's summary names, as a person reads it (its name: ray_setup/nodes.py)."""
+    """The node a run's summary names, as a person reads it: its name where the run wrote one
+    (ray_setup/nodes.py), else the start of Ray's id (`name_of`)."""
     name, node_id = summary.get("node_name"), summary.get("node_id")
-    return str(name) if name else str(node_id)[:8] if node_id else "-"
+    if name:
+        return str(name)
+    return name_of({}, str(node_id) if node_id else None)
 
 
 def leg_start(summary: dict[str, Any]) -> str:
