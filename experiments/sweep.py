@@ -16,8 +16,10 @@ same options and `--resume CSV` (experiments/sweep_resume.py).
 At the end: a table of trials sorted by their final full-game score (`score_mean_100`), also
 written as CSV (`--csv`, default `<data_dir>/<name>/sweep-<time>.csv`), whose path is the last
 line printed; with `--dashboard`, the line before it is the address of the trials' comparison page. Exit code 0 when every trial completed, 1 otherwise,
-and 2 when a trial's node cannot see `--data-dir` (experiments/shared_data_dir.py): one line on
-stderr, the other trials stopped at a checkpoint, the CSV written with what finished.
+2 when a trial's node cannot see `--data-dir` (experiments/shared_data_dir.py): one line on
+stderr, the other trials stopped at a checkpoint, the CSV written with what finished; and 130 when
+a person stopped it (Ctrl-C or SIGTERM): the running trials stopped at a checkpoint, the CSV
+written, and the command that goes on said.
 """
 
 from __future__ import annotations
@@ -72,13 +74,14 @@ def run_sweep(connection: RayConnection, rows: list[TrialRow], fixed: dict[str, 
 
     scheduled = run_tasks(connection, task, calls, max_concurrent or len(rows), ended, status.look)
     status.look(frozenset())  # the last block: every trial's end
+    why_stopped = "stopped by a person"
     if scheduled.ending is Ending.DATA_DIR_REFUSED:  # the refused trial, and those stopped because of it
         refused = next(end.key for end in scheduled.ends if end.error == scheduled.refusal and not end.stopped)
         rows[refused].ended(None, scheduled.refusal, status="refused")
-        for end in scheduled.ends:
-            if end.stopped:  # one stopped before its run began reports whatever Ray says: named here
-                why = f"stopped: trial {rows[refused].trial}'s node cannot see --data-dir"
-                rows[end.key].ended(end.summary, why if end.summary is None else None, status="stopped")
+        why_stopped = f"stopped: trial {rows[refused].trial}'s node cannot see --data-dir"
+    for end in scheduled.ends:
+        if end.stopped:  # its run's summary (interrupted at a checkpoint); one stopped before its run began is named here
+            rows[end.key].ended(end.summary, why_stopped if end.summary is None else None, status="stopped")
     return scheduled.ending
 
 
@@ -156,6 +159,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     say(f"sweep: {len(trials)} trials of {params_text(fixed)}; searching {', '.join(names)}; {cpus:g} CPUs per trial")
     mark = DataDirMark(fixed["data_dir"])
     signals_stop_as_ctrl_c()  # SIGINT and SIGTERM; the connection keeps SIGTERM's through ray.init
+    ending: Ending | None = None
     try:
         with connection_for(address, cpus, mark.env) as connection:  # a private Ray stops at its end; a cluster is left
             if not connection.fits(cpus):
@@ -165,27 +169,37 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             with mark:  # written before any trial is submitted; removed at the end
                 ending = run_sweep(connection, rows, fixed, cpus, args.max_retries, args.max_concurrent, csv_path.stem,
                                    frozenset(done))
-    except KeyboardInterrupt:  # while Ray started or was joined
-        ending = Ending.STOPPED
-    rows = sorted_rows(rows)
-    if ending is Ending.STOPPED:
-        say("\nsweep interrupted: running trials were stopped (their last checkpoints are kept)")
-        return 130
-    if ending is not Ending.DONE:  # what completed is kept in the CSV, written whole; the path is the last line, as ever
-        for row in rows if ending is Ending.HEAD_LOST else ():  # those that did not complete go on with --resume
+    except KeyboardInterrupt:  # while Ray started or was joined; one as it stopped leaves the sweep's ending as it was
+        if ending is None:
+            say("\nsweep stopped while Ray started: no trial was submitted, nothing was written")
+            return 130
+    return report(ending, sorted_rows(rows), names, csv_path, fixed.get("dashboard"),
+                  go_on_command(prog, argv_of(argv), csv_path), address)
+
+
+def report(ending: Ending, rows: list[TrialRow], names: list[str], csv_path: Path, dashboard: str | None, go_on: str,
+           address: str | None) -> int:
+    """How the sweep ended, and its exit code. However it ended, the CSV is written whole with what
+    completed (its path the last line on stdout), so that `--resume CSV` (the command `go_on`) goes
+    on with the others, each from its run's last checkpoint."""
+    if ending is Ending.HEAD_LOST:  # those that did not complete go on with --resume
+        for row in rows:
             row.status = row.status or "lost"
-        write_csv(csv_path, rows, names)
-        if ending is Ending.DATA_DIR_REFUSED:  # the other trials were stopped at a checkpoint
-            print(error_line(next(r.error for r in rows if r.status == "refused") or ""), file=sys.stderr, flush=True)
-        else:
-            print(escaped(lost_line(str(address), rows, go_on_command(prog, argv_of(argv), csv_path))), file=sys.stderr, flush=True)
-        print(csv_path, flush=True)
-        return 2 if ending is Ending.DATA_DIR_REFUSED else 1
-    say("\n" + table(rows, names))
+    if ending is Ending.DONE:
+        say("\n" + table(rows, names))
     write_csv(csv_path, rows, names)
-    print_comparison(fixed.get("dashboard"), rows)
+    if ending is Ending.DONE:
+        print_comparison(dashboard, rows)
+    elif ending is Ending.STOPPED:
+        say("\nsweep interrupted: running trials were stopped (their last checkpoints are kept); go on with: " + escaped(go_on))
+    elif ending is Ending.DATA_DIR_REFUSED:  # the other trials were stopped at a checkpoint
+        print(error_line(next(r.error for r in rows if r.status == "refused") or ""), file=sys.stderr, flush=True)
+    else:
+        print(escaped(lost_line(str(address), rows, go_on)), file=sys.stderr, flush=True)
     print(csv_path, flush=True)
-    return 0 if all(r.status == "completed" for r in rows) else 1
+    if ending is Ending.DONE:
+        return 0 if all(r.status == "completed" for r in rows) else 1
+    return {Ending.STOPPED: 130, Ending.DATA_DIR_REFUSED: 2}.get(ending, 1)
 
 
 __all__ = ["main"]

@@ -101,14 +101,22 @@ def test_a_sweeps_ray_is_private_and_a_sigterm_stops_its_trials_and_leaves_nothi
         assert time.monotonic() < deadline, "no update after the attack within 600 s"
         time.sleep(0.1)
     process.send_signal(signal.SIGTERM)  # the driver alone, as a job scheduler sends it
-    _out, err = process.communicate(timeout=600)
+    out, err = process.communicate(timeout=600)
     assert process.returncode == 130, err[-3000:]
-    assert "sweep interrupted: running trials were stopped (their last checkpoints are kept)" in err
     # Stopped as a person's Ctrl-C stops a run (experiments/ray_tasks.py), not killed: the trial
     # ended its update, checkpointed and wrote its summary, so it goes on from there.
     [summary] = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("summary.json")]  # --max-concurrent 1
     assert (summary["status"], summary["checkpoint"] is not None) == ("interrupted", True), summary
     assert summary["updates"] >= done and Path(summary["checkpoint"]).exists()
+    # The results CSV is written as at every other end, its path the last line, and the line before
+    # it names the command that goes on: a stopped sweep once wrote none, so its trials' checkpoints
+    # could not be gone on from (--resume takes the CSV's run uuids).
+    csv_path = Path(out.splitlines()[-1])
+    rows = {row["trial"]: row for row in csv.DictReader(csv_path.open())}
+    assert (rows["1"]["status"], rows["1"]["run_uuid"], rows["2"]["status"]) == ("interrupted", summary["run_uuid"], ""), rows
+    assert ("sweep interrupted: running trials were stopped (their last checkpoints are kept); go on with: "
+            f"python -m experiments.sweep --grid learning_rate=1e-4,3e-4 --updates 100000") in err
+    assert err.rstrip().endswith(f"--data-dir {tmp_path / 'runs'} --resume {csv_path}"), err[-1000:]
     assert cli.leftovers() == []  # Ray's processes and the trial's workers are gone
     assert not ray.token_path.parent.exists()
 
