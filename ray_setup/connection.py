@@ -14,16 +14,21 @@ It owns, in the order they are set up and undone in reverse:
   stdout (a node lost becomes one line of ours on stderr), and Ray's own advice, warnings and client
   lines go to one file of the session's logs, said once (ray_setup/driver_log.py); both are put back
   on exit.
+
+Its exit runs whole: a Ctrl-C or SIGTERM that comes while Ray shuts down is held until Ray has
+stopped and everything above is put back, then taken as it would have been (`stop_signals_held`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ray_setup.driver_log import DriverRayLog
@@ -46,6 +51,34 @@ def connection_refusal(address: str | None, option: str = "--ray-address") -> st
     if "ray" not in sys.modules:
         os.environ[LOCAL_ONLY_VARIABLE] = "0"
     return internals_refusal()
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held while the block runs, then handled once by the handlers that were in
+    place: a stop that comes while Ray shuts down is taken after it, not in the middle of it. A
+    second one meanwhile is a person insisting: KeyboardInterrupt at once. Main thread only (where
+    Python runs its handlers); a handler set outside Python (None) is left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        if held:
+            raise KeyboardInterrupt(f"a second stop ({signal.Signals(signum).name}) while Ray shut down")
+        held.append(signum)
+
+    previous = {signum: handler for signum in (signal.SIGINT, signal.SIGTERM) if (handler := signal.getsignal(signum)) is not None}
+    for signum in previous:
+        signal.signal(signum, hold)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 _NODE_DEAD = re.compile(r"node id: ([0-9a-f]+) and address: (\S+?)(?: and|\s|$)")
@@ -109,13 +142,16 @@ class RayConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.ray = None
-        if self.watch is not None:
-            self.watch.stop()
-        if self._started:
-            self._started = False
-            stop_ray()  # before fd 2 is put back: what Ray's client says as it stops goes to its log too
-        while self._undo:
-            self._undo.pop()()
+        with stop_signals_held():  # a Ctrl-C now would cut Ray's shutdown short and leave its patches in place
+            try:
+                if self.watch is not None:
+                    self.watch.stop()
+                if self._started:
+                    self._started = False
+                    stop_ray()  # before fd 2 is put back: what Ray's client says as it stops goes to its log too
+            finally:
+                while self._undo:
+                    self._undo.pop()()
 
     @property
     def connected(self) -> bool:

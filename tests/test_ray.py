@@ -28,6 +28,7 @@ from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 from ray_setup.installed import ray_installed
 from ray_setup.joining import tighten_token_file
+from tests import forked_run
 from tests.conftest import REPO, ROLLOUT_FIELDS, refused_in_process, train_from_seed
 from tests.process_table import is_alive
 from tests.ray_checks import attack, check_private, check_refused, snapshot
@@ -206,6 +207,41 @@ def test_cli_on_a_private_ray_listens_on_loopback_only_and_leaves_no_process_beh
     assert summary["worker_restarts"] == 0
     assert cli.leftovers() == []
     assert not ray.token_path.parent.exists()
+
+
+# A driver's connection to a private Ray, and a real SIGINT the moment ray.shutdown begins, as a
+# person's Ctrl-C can land while a sweep or a population stops.
+CTRL_C_AS_RAY_STOPS = """
+import os, signal, sys
+from experiments.run.stopping import signals_stop_as_ctrl_c
+from ray_setup.connection import RayConnection
+
+signals_stop_as_ctrl_c()
+
+def ctrl_c_as_ray_stops(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "shutdown" and frame.f_code.co_filename.endswith("worker.py"):
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGINT)
+
+try:
+    with RayConnection(None, 1, env={"SET_FOR_THE_TASKS": "yes"}) as connection:
+        print("connected", connection.ray.is_initialized(), flush=True)
+        sys.setprofile(ctrl_c_as_ray_stops)
+except KeyboardInterrupt as e:
+    print("stopped after the exit:", e, flush=True)
+print("environment", os.environ.get("SET_FOR_THE_TASKS"), "ray", sys.modules["ray"].is_initialized(), flush=True)
+"""
+
+
+@requires_ray
+def test_a_ctrl_c_while_ray_shuts_down_is_taken_after_it_and_everything_is_put_back(cli) -> None:
+    """The Ctrl-C raised inside ray.shutdown: Ray half stopped, and the connection's undo (the
+    environment it set for the tasks; on a cluster, fd 2 and Ray's patches) never ran. It is held
+    until the connection has stopped Ray and put everything back, then taken as it would have been."""
+    result = forked_run.run([sys.executable, "-c", CTRL_C_AS_RAY_STOPS], cwd=REPO, env=cli.env(), text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["connected True", "stopped after the exit: ", "environment None ray False"], result.stderr[-3000:]
+    assert cli.leftovers() == []
 
 
 @pytest.mark.parametrize(("args", "expected"), [
