@@ -8,7 +8,8 @@ first one's. A run whose process or node is lost is run again by Ray up to `max_
 `run_tasks` submits to a limit and waits in slices, and ends in one of four ways (`Ending`):
 every task ended; a person stopped it (Ctrl-C or SIGTERM: every running task is asked to stop at
 its checkpoint, as a person's Ctrl-C asks a training run, and waited for; a second Ctrl-C forces);
-the cluster's head was lost (its tasks went with it: nothing is asked of them); or a task's node
+the cluster's head was lost (its tasks went with it: nothing is asked of them, and a stop that was
+waiting for them ends as a lost head, whose line says how to go on); or a task's node
 could not see the data folder (the others are asked to stop, as by a person: no node will fare
 better). Nothing is raised for any of these: the caller reads the ending and the ends.
 """
@@ -150,7 +151,7 @@ def run_tasks(connection: RayConnection, task: Any, calls: Sequence[tuple[int, t
                 continue
             end, refusal = _end_of(ray, running.pop(done[0]), done[0])
             if refusal is not None:  # told in the ending, not to `on_end`
-                ends += [end, *_stop(ray, running)]
+                ends += [end, *_stop(connection, running)]
                 return Scheduled(Ending.DATA_DIR_REFUSED, tuple(ends), refusal)
             if end.error is not None and connection.lost_now():  # its node went with the head: lost, not failed
                 return Scheduled(Ending.HEAD_LOST, tuple(ends))
@@ -158,8 +159,9 @@ def run_tasks(connection: RayConnection, task: Any, calls: Sequence[tuple[int, t
             on_end(end)
     except KeyboardInterrupt:
         if not connection.head_lost:  # a lost head took its tasks with it: none is left to ask
-            ends += _stop(ray, running)
-        return Scheduled(Ending.STOPPED, tuple(ends))
+            ends += _stop(connection, running)
+        # A head lost before or during the stop is the ending to tell: its line says how to go on.
+        return Scheduled(Ending.HEAD_LOST if connection.head_lost else Ending.STOPPED, tuple(ends))
     return Scheduled(Ending.DONE, tuple(ends))
 
 
@@ -171,16 +173,21 @@ def _end_of(ray: Any, key: int, ref: Any, stopped: bool = False) -> tuple[TaskEn
         return TaskEnd(key, None, refusal or ray_error_line(e), stopped=stopped), refusal
 
 
-def _stop(ray: Any, running: dict[Any, int]) -> list[TaskEnd]:
+def _stop(connection: RayConnection, running: dict[Any, int]) -> list[TaskEnd]:
     """Every running task asked to stop as Ctrl-C asks a run (`ray.cancel` without force raises
     SIGINT's handler in its process: it finishes its update, checkpoints and returns), and waited
-    for; a Ctrl-C meanwhile stops them at once. Returns how each ended."""
+    for in slices; a Ctrl-C meanwhile stops them at once. Returns how each ended; those the cluster's
+    head took with it while they stopped have no end to read (a `ray.get` would wait on the head)."""
+    ray = connection.ray
     refs = list(running)
     for ref in refs:
         ray.cancel(ref, force=False)
+    waiting = refs
     try:
-        ray.wait(refs, num_returns=len(refs))
+        while waiting and not connection.head_lost:
+            _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=WAIT_SLICE_S)
     except KeyboardInterrupt:
-        for ref in refs:
+        for ref in waiting:
             ray.cancel(ref, force=True)
-    return [_end_of(ray, running[ref], ref, stopped=True)[0] for ref in refs]
+        waiting = []
+    return [_end_of(ray, running[ref], ref, stopped=True)[0] for ref in refs if ref not in waiting]

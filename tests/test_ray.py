@@ -244,6 +244,70 @@ def test_a_ctrl_c_while_ray_shuts_down_is_taken_after_it_and_everything_is_put_b
     assert cli.leftovers() == []
 
 
+# A driver's loop over one task that, asked to stop, never returns (as one on a node that went
+# with the head): a person's Ctrl-C asks it to stop, then the head goes. The head is a port this
+# script holds, watched by the connection's own HeadWatch; the tasks run on a private Ray.
+HEAD_LOST_WHILE_STOPPING = """
+import contextlib, os, signal, socket, sys, threading, time
+from pathlib import Path
+from experiments.ray_tasks import run_tasks
+from experiments.run.stopping import signals_stop_as_ctrl_c
+from ray_setup.connection import RayConnection
+from ray_setup.head_watch import HeadWatch
+
+marks = Path(sys.argv[1])
+signals_stop_as_ctrl_c()
+
+def never_returns(marks):
+    (marks / "started").touch()
+    while True:
+        try:
+            time.sleep(0.05)  # Ray's stop is raised between two lines, as in a run
+        except KeyboardInterrupt:  # asked to stop: its node is gone, so no answer comes
+            (marks / "asked").touch()
+
+def wait_for(name):
+    while not (marks / name).exists():
+        time.sleep(0.05)
+
+head = socket.create_server(("127.0.0.1", 0))
+
+def answer():  # as a live head's port: each look is taken, until the head goes
+    with contextlib.suppress(OSError):
+        while True:
+            head.accept()[0].close()
+
+threading.Thread(target=answer, daemon=True).start()
+with RayConnection(None, 1) as connection:
+    connection.watch = HeadWatch(f"127.0.0.1:{head.getsockname()[1]}", period_s=0.1).start()
+    task = connection.ray.remote(max_calls=1)(never_returns).options(num_cpus=1, max_retries=0)
+
+    def person_then_head():
+        wait_for("started")
+        os.kill(os.getpid(), signal.SIGINT)
+        wait_for("asked")
+        head.shutdown(socket.SHUT_RDWR)  # the port refuses from here
+        head.close()
+
+    threading.Thread(target=person_then_head, daemon=True).start()
+    scheduled = run_tasks(connection, task, [(0, (marks,))], 1)
+    print(scheduled.ending.name, len(scheduled.ends), flush=True)
+"""
+
+
+@requires_ray
+def test_a_head_lost_while_a_person_s_stop_waits_for_the_tasks_ends_the_wait_as_a_lost_head(cli, tmp_path: Path) -> None:
+    """The stop waited for its tasks with no end: a head lost meanwhile left the driver waiting
+    until Ray's client ended it, a minute later, with none of the lines that say how to go on. The
+    wait now ends when the head goes, and the ending is the lost head (its line has the command to
+    go on), not a person's stop."""
+    result = forked_run.run([sys.executable, "-c", HEAD_LOST_WHILE_STOPPING, str(tmp_path)], cwd=REPO, env=cli.env(), text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["HEAD_LOST 0"], result.stderr[-3000:]
+    assert cli.leftovers() == []
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["--backend", "mpi"], "--backend mpi: expected one of local, ray"),
     (["--ray-address", "auto"], "--ray-address auto: expected to be given with --backend ray"),
