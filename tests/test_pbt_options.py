@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 
 from configs.ppo import live_value_problem
@@ -15,7 +19,9 @@ from experiments.pbt import main
 from experiments.pbt.cli import plan_resume
 from experiments.pbt.explore import perturbed
 from experiments.pbt.state import Population
-from tests.conftest import refused_in_process
+from ray_setup.installed import ray_installed
+from tests import process_table
+from tests.conftest import Cli, refused_in_process
 from tests.pbt_support import TINY
 
 
@@ -170,3 +176,31 @@ def test_a_resume_says_where_its_dashboard_and_cluster_differ_from_the_first_leg
         "note: this leg runs on the Ray cluster at 10.0.0.7:6379 (--ray-address); the population's first leg ran on a "
         "Ray of its own on this machine"]
     assert population.first_leg == {"dashboard": DASHBOARD, "ray_address": None}  # the first leg's stays the first's
+
+
+@pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[ray]")')
+def test_a_ctrl_c_while_the_population_s_dashboard_starts_is_one_line_and_leaves_nothing(cli: Cli, tmp_path: Path) -> None:
+    """A Ctrl-C while the population's own dashboard started (before its first line, before Ray)
+    ended in a traceback and exit 1. It is a person's stop as at any other moment: one line that
+    says what was kept, exit 130, the lineage's path last, and the dashboard gone."""
+    process = cli.start("experiments.pbt", "--population", "2", "--interval", "1", "--updates", "2", "--n-workers", "1",
+                        "--worker-steps", "16", "--data-dir", str(tmp_path / "runs"))
+
+    def dashboard_started() -> bool:
+        for pid in process_table.children(process.pid):
+            with contextlib.suppress(psutil.Error):  # a child gone meanwhile
+                if "experiments.dashboard" in psutil.Process(pid).cmdline()[:3]:
+                    return True
+        return False
+
+    deadline = time.monotonic() + 300
+    while not dashboard_started():  # the event: its dashboard's process runs
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no dashboard started within 300 s"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 130, err[-3000:]
+    folder = Path(out.splitlines()[-1]).parent
+    assert err.splitlines() == [f"pbt stopped before any member ran; nothing was saved ({folder} holds no population.json)"]
+    assert cli.leftovers() == []

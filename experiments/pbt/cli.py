@@ -3,11 +3,11 @@
 Every training option (`python -m experiments.breakout --help`) is shared by the members; member i
 trains with seed --seed + i. The last line printed on stdout is the path of the population's
 lineage.csv; everything else goes to stderr. Exit codes: 0 every member reached its last update;
-1 a member failed and could not be replaced, or the Ray cluster could not be joined; 2 bad input,
-refused before anything is written (a cluster none of whose nodes has --cpus-per-member CPUs
-included), or a member's node cannot see --data-dir (docs/ray.md; the others stopped at a
-checkpoint); 130 stopped
-by Ctrl-C/SIGTERM (every member with a checkpoint: `--resume FOLDER` goes on).
+1 a member failed and could not be replaced, the Ray cluster could not be joined, or its head was
+lost; 2 bad input, refused before anything is written (a cluster none of whose nodes has
+--cpus-per-member CPUs included), or a member's node cannot see --data-dir (docs/ray.md; the
+others stopped at a checkpoint); 130 stopped by Ctrl-C/SIGTERM (every member with a checkpoint:
+`--resume FOLDER` goes on; a stop before any member ran says whether the population was saved).
 """
 
 from __future__ import annotations
@@ -231,28 +231,34 @@ def _run(population: Population, connection: RayConnection, mark: DataDirMark) -
     append_rows(lineage, [])  # the header, so the path printed always names a table
     targets = population.targets()
     private = PrivateDashboard(folder / "dashboard", Path(population.fixed["data_dir"])) if population.private_dashboard else None
-    with private or contextlib.nullcontext():
-        if private is not None:
-            population.fixed["dashboard"] = private.url
-        population.save()
-        say(f"pbt: {len(population.members)} members, {len(targets)} segments of {population.interval} updates "
-            f"(to update {population.last_update}); exploring {', '.join(population.explore)}; folder {folder}\n"
-            f"  dashboard {strip_userinfo(population.fixed['dashboard'])}; members: "
-            + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members))
-            + f"\n  {tweak_hint(population)}")
-        say_comparison(population)
-        try:
-            # A private Ray (sized for a member) starts here; the data folder's mark is written
-            # before any member is submitted, and removed at the end.
-            with contextlib.nullcontext() if connection.connected else connection, mark:
-                code = run_generations(population, connection, targets, lineage)
-        except KeyboardInterrupt:  # a person's stop between segments, or while Ray started
-            code = 130
-        except (RuntimeError, OSError, UnsafeRunFolder) as e:  # a write refused: a link put in the folder meanwhile
-            say(error_line(str(e)))
-            code = 1
-        if code == 130:
-            say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
+    code, submitted = 130, False  # 130 unless run_generations says otherwise; submitted: members may have run
+    try:
+        with private or contextlib.nullcontext():
+            if private is not None:
+                population.fixed["dashboard"] = private.url
+            population.save()
+            say(f"pbt: {len(population.members)} members, {len(targets)} segments of {population.interval} updates "
+                f"(to update {population.last_update}); exploring {', '.join(population.explore)}; folder {folder}\n"
+                f"  dashboard {strip_userinfo(population.fixed['dashboard'])}; members: "
+                + ", ".join(f"{i}: {m['run_uuid']} (seed {m['seed']})" for i, m in enumerate(population.members))
+                + f"\n  {tweak_hint(population)}")
+            say_comparison(population)
+            try:
+                # A private Ray (sized for a member) starts here; the data folder's mark is written
+                # before any member is submitted, and removed at the end.
+                with contextlib.nullcontext() if connection.connected else connection, mark:
+                    submitted = True
+                    code = run_generations(population, connection, targets, lineage)
+            except (RuntimeError, OSError, UnsafeRunFolder) as e:  # a write refused: a link put in the folder meanwhile
+                say(error_line(str(e)))
+                code = 1
+    except KeyboardInterrupt:  # a person's stop: between segments, or while Ray or the dashboard started or stopped
+        pass  # one as they stopped leaves the population's ending as it was
+    if code == 130 and submitted:
+        say(f"pbt stopped: every member was asked to stop and checkpoint; go on with: {PROG} --resume {folder}")
+    elif code == 130:
+        say(f"pbt stopped before any member ran; go on with: {PROG} --resume {folder}" if (folder / STATE).exists()
+            else f"pbt stopped before any member ran; nothing was saved ({folder} holds no {STATE})")
     if not population.private_dashboard and population.generation > 0:  # a private one has stopped with it
         say_comparison(population)
     print(lineage, flush=True)
