@@ -17,6 +17,7 @@ from configs.refusals import fail
 from experiments.run.console import say, shown
 from experiments.run.plan import LaunchRefused, plan_launch
 from game.atari import canonical_game
+from ray_setup.errors import first_line
 
 PROG = "python -m experiments.breakout"
 
@@ -47,7 +48,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except ConnectionError as e:  # Ray could not reach --ray-address (any other refused connection is no such thing)
         if plan.config.backend != "ray":
             raise
-        fail(f"--ray-address {plan.config.ray_address}: could not connect to a Ray cluster there ({str(e).splitlines()[0]})")
+        fail(f"--ray-address {plan.config.ray_address}: could not connect to a Ray cluster there ({first_line(e)})")
     # stdout holds only this path (everything for people goes to stderr): `$(python -m experiments.breakout)` is the path.
     if result.summary_path is not None:
         say(shown(result.summary_path), sys.stdout)

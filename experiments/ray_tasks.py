@@ -20,7 +20,6 @@ import contextlib
 import enum
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any
 from configs.machine import shared_cores_environment
 from experiments.shared_data_dir import check_data_dir_seen, refusal_in
 from ray_setup.connection import RayConnection
+from ray_setup.errors import cause_line
 
 WAIT_SLICE_S = 0.5  # a lost head is seen within this, and within the watch's own period
 QUICK_SLICE_S = 0.05  # while something waits to be handed to a running task (a member's queued values)
@@ -122,12 +122,6 @@ def remote_task(ray: Any, run: Callable[..., Any], num_cpus: float, max_retries:
     return ray.remote(max_calls=1)(run).options(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False)
 
 
-def ray_error_line(e: BaseException) -> str:
-    """Ray's error for a task, in one line: the cause's own message, which Ray puts last."""
-    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(e)).splitlines() if line.strip()]
-    return lines[-1] if lines else type(e).__name__
-
-
 def run_tasks(connection: RayConnection, task: Any, calls: Sequence[tuple[int, tuple[Any, ...]]], limit: int,
               on_end: Callable[[TaskEnd], None] = lambda end: None,
               between_waits: Callable[[frozenset[int]], bool] = lambda running: False) -> Scheduled:
@@ -170,7 +164,7 @@ def _end_of(ray: Any, key: int, ref: Any, stopped: bool = False) -> tuple[TaskEn
         return TaskEnd(key, ray.get(ref), stopped=stopped), None
     except ray.exceptions.RayError as e:
         refusal = refusal_in(e)
-        return TaskEnd(key, None, refusal or ray_error_line(e), stopped=stopped), refusal
+        return TaskEnd(key, None, refusal or cause_line(e), stopped=stopped), refusal
 
 
 def _stop(connection: RayConnection, running: dict[Any, int]) -> list[TaskEnd]:

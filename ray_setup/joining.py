@@ -25,6 +25,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from ray_setup.errors import first_line
 from ray_setup.loopback import LOCAL_ONLY_VARIABLE, gcs_target, is_loopback
 from ray_setup.ray_internals import gcs_answers, internals_refusal
 
@@ -121,11 +122,6 @@ def cluster_refusal(address: str, option: str = "--ray-address") -> str | None:
         return (f"{option} {address}: expected the cluster's own token, but it refused the one in {source}: "
                 "set RAY_AUTH_TOKEN_PATH to the cluster's token file (mode 0600)")
     return None
-
-
-def first_line(e: BaseException) -> str:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 def tighten_token_file() -> None:

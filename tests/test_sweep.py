@@ -115,7 +115,7 @@ def test_a_sweeps_ray_is_private_and_a_sigterm_stops_its_trials_and_leaves_nothi
     rows = {row["trial"]: row for row in csv.DictReader(csv_path.open())}
     assert (rows["1"]["status"], rows["1"]["run_uuid"], rows["2"]["status"]) == ("interrupted", summary["run_uuid"], ""), rows
     assert ("sweep interrupted: running trials were stopped (their last checkpoints are kept); go on with: "
-            f"python -m experiments.sweep --grid learning_rate=1e-4,3e-4 --updates 100000") in err
+            "python -m experiments.sweep --grid learning_rate=1e-4,3e-4 --updates 100000") in err
     assert err.rstrip().endswith(f"--data-dir {tmp_path / 'runs'} --resume {csv_path}"), err[-1000:]
     assert cli.leftovers() == []  # Ray's processes and the trial's workers are gone
     assert not ray.token_path.parent.exists()

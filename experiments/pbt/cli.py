@@ -52,6 +52,7 @@ from experiments.run.stopping import signals_stop_as_ctrl_c
 from experiments.shared_data_dir import DataDirMark
 from game.atari import canonical_game, is_known_game
 from ray_setup.connection import RayConnection, connection_refusal
+from ray_setup.errors import first_line
 from ray_setup.installed import ray_refusal
 
 PROG = "python -m experiments.pbt"
@@ -213,7 +214,7 @@ def run(population: Population, address: str | None) -> int:
                     return 130
                 except ConnectionError as e:  # no cluster there, or one that refuses this driver (its auth token)
                     raise RuntimeError(f"--ray-address {address}: could not join a Ray cluster there "
-                                       f"({str(e).strip().splitlines()[0]}); no member ran") from None
+                                       f"({first_line(e)}); no member ran") from None
                 if not connection.fits(population.cpus_per_member):
                     say(error_line(f"--cpus-per-member {population.cpus_per_member:g}: expected at most the CPUs of one "
                                    f"node of the cluster at {address}"))

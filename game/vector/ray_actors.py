@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,13 +33,13 @@ from game.vector.group import GameGroup, GroupArrays
 from game.vector.pool import EnvPool, RestartPolicy
 from game.vector.protocol import ClusterLost, Command, PoolError, RemoteError, WorkerDied, WorkerError, WorkerTimeout
 from ray_setup.connection import RayConnection
+from ray_setup.errors import first_line, plain
 from ray_setup.installed import import_ray, ray_connected
 from ray_setup.nodes import name_of, node_names
 from ray_setup.ray_internals import actor_id_of
 
 __all__ = ["EnvActor", "RayPool"]
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MOVES_GAMES = (Command.STEP, Command.RESET, Command.SET_STATE, Command.INFO)  # replies carry the arrays
 
 
@@ -262,16 +261,15 @@ class RayPool(EnvPool):
         if isinstance(e, rx.RayTaskError):
             cause = e.cause if isinstance(e.cause, BaseException) else None
             type_name = type(cause).__name__ if cause is not None else "RayTaskError"
-            message = str(cause) if cause is not None else str(e).splitlines()[0]
+            message = str(cause) if cause is not None else first_line(e)
             # str(e) is Ray's header (function, pid, ip, actor id) and the actor's traceback, coloured.
-            return WorkerError(worker, RemoteError(type_name, message, f"on {actor}\n{_ANSI.sub('', str(e))}"))
+            return WorkerError(worker, RemoteError(type_name, message, f"on {actor}\n{plain(str(e))}"))
         if isinstance(e, rx.GetTimeoutError):
             return WorkerTimeout(worker, self.timeout_s)
         if isinstance(e, rx.RayError):  # the actor, its worker process or its node is gone
             self._raise_if_lost(check_now=True)  # with the head: not a worker to replace
             died = WorkerDied(worker, None)
-            reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
-            died.args = (f"worker {worker} ({actor}) died without answering: {reason}",)
+            died.args = (f"worker {worker} ({actor}) died without answering: {first_line(e)}",)
             return died
         raise e
 
