@@ -1,8 +1,9 @@
 """A sweep's trials as rows: what each trial ran with, how it ended, and the table and CSV they make.
 
 One `TrialRow` per trial, planned before anything runs (its number, run uuid and parameters) and
-filled once as its task ends (`ended`), or marked lost with the cluster's head (`lost`); a resumed
-sweep fills its completed trials from the CSV (experiments/sweep_resume.py).
+filled once as its task ends (`ended`), or given the status `lost` when the cluster's head went
+before it ended (experiments/sweep.py, `report`); a resumed sweep fills its completed trials from
+the CSV (experiments/sweep_resume.py).
 """
 
 from __future__ import annotations

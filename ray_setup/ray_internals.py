@@ -4,7 +4,9 @@ tests/test_ray_seam.py fails on a private name of Ray read or changed anywhere e
 
 Upgrade checklist: for each name below, does the new Ray still have it, and does it still do what the
 line beside it says? `internals_refusal()` checks that each is there when Ray is first used, so a Ray
-that moved one is refused in one line at start-up, never half-working.
+that moved one is refused in one line at start-up, never half-working; all but `ActorHandle._actor_id`,
+an attribute of a live handle, which `actor_id_of` reads with a fallback (an actor then shows as
+`?` in a message, and nothing else changes).
 
 - `ray._raylet.GcsClient(address=…).internal_kv_get(key, namespace, timeout=…)`: a cluster's GCS asked
   once, with this driver's token, before `ray.init` (`gcs_answers`). Ray's public `ray.init` would
@@ -26,6 +28,13 @@ that moved one is refused in one line at start-up, never half-working.
   tools/local_cluster.py, started in its own process (`start_node`), which `ray start` cannot do on
   loopback.
 
+Ray's text read as data, in its own format (not names, so no refusal can check them; re-read them
+on an upgrade too): the node-dead message the cluster publishes (`_NODE_DEAD` in
+ray_setup/connection.py: "node id: … and address: …"), the head node's resource
+`node:__internal_head__` (connection.py, to watch the head's raylet), and the line format of Ray's
+C++ client on fd 2 (`_CLIENT_LOG_LINE` in ray_setup/driver_log.py). A change there degrades one
+message (a lost node said in Ray's words, Ray's client lines on the terminal), never a run.
+
 Public settings used instead of patches: `log_to_driver=False` and `logging_level` (ray.init);
 `RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES` (Ray's own excludes list off, ours kept);
 `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (ray_setup/loopback.py).
@@ -33,7 +42,9 @@ Public settings used instead of patches: `log_to_driver=False` and `logging_leve
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -43,8 +54,10 @@ TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 # (module, attribute path) of each name above: what `internals_refusal` looks for.
 _NEEDED = (("ray._raylet", "GcsClient"), ("ray._private.worker", "print_to_stdstream"),
-           ("ray._private.worker", "global_worker"), ("ray._private.node", "Node.kill_all_processes"),
-           ("ray._private.parameter", "RayParams"), ("ray.actor", "ActorHandle"))
+           ("ray._private.worker", "global_worker"), ("ray._private.worker", "_global_node"),
+           ("ray._private.node", "Node.get_logs_dir_path"), ("ray._private.node", "Node.kill_all_processes"),
+           ("ray._private.parameter", "RayParams"), ("ray.actor", "ActorHandle"), (TOKEN_NOTICE_LOGGER, ""))
+_RAY_PARAMS = ("runtime_env_dir_name", "dashboard_agent_listen_port")  # RayParams' parameters set by LocalNode
 
 
 def internals_refusal() -> str | None:
@@ -53,10 +66,13 @@ def internals_refusal() -> str | None:
     for module_name, path in _NEEDED:
         try:
             found: Any = importlib.import_module(module_name)
-            for part in path.split("."):
+            for part in path.split(".") if path else ():
                 found = getattr(found, part)
         except (ImportError, AttributeError):
-            missing.append(f"{module_name}.{path}")
+            missing.append(f"{module_name}.{path}" if path else module_name)
+    with contextlib.suppress(ImportError):
+        parameters = inspect.signature(importlib.import_module("ray._private.parameter").RayParams).parameters
+        missing += [f"RayParams({name}=…)" for name in _RAY_PARAMS if name not in parameters]
     if not missing:
         return None
     import ray
@@ -115,8 +131,10 @@ def end_autoscaler_monitor() -> None:
 
 
 def actor_id_of(handle: Any) -> str:
-    """An actor's id, read from its handle (before the actor has said it itself)."""
-    return str(handle._actor_id.hex())
+    """An actor's id, read from its handle (before the actor has said it itself); `?` where this Ray
+    keeps it elsewhere (it only names the actor in messages)."""
+    actor_id = getattr(handle, "_actor_id", None)
+    return str(actor_id.hex()) if actor_id is not None else "?"
 
 
 class LocalNode:

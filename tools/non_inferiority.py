@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from configs.cli import OneLineParser, docstring_help, int_in
+from configs.cli import OneLineParser, docstring_help, finite_number, int_in
 from configs.fields import MAX_ENV_STEPS
 from configs.refusals import bad_value, fail
 from experiments.curves import build_curve, parse_runs, read_all_games, run_span
@@ -44,11 +44,7 @@ DEFAULT_BUDGETS = (500_000, 750_000, 1_000_000)
 
 
 def parse_share(text: str) -> float:
-    try:
-        share = float(text)
-    except ValueError:
-        share = math.nan
-    if not (math.isfinite(share) and share > 0):
+    if (share := finite_number(text, 0.0, math.inf, low_open=True)) is None:
         bad_value("--margin-share", text, "a number > 0 (the margin as a share of the reference's seed spread)")
     return share
 

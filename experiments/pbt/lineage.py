@@ -27,6 +27,7 @@ def append_rows(path: Path, rows: list[dict[str, object]]) -> None:
             writer.writeheader()
         writer.writerows(rows)
         f.flush()
+        os.fsync(f.fileno())
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
