@@ -25,7 +25,6 @@ written, and the command that goes on said.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -104,14 +103,8 @@ def plan_sweep(args: argparse.Namespace) -> tuple[SearchSpace, dict[str, Any], P
     for params in trials:  # every trial is checked before anything starts
         config_from_overrides({**fixed, **params}, game_exists=is_known_game)
     cpus = args.cpus_per_trial if args.cpus_per_trial is not None else base.n_workers + 1
-    if not (math.isfinite(cpus) and cpus > 0):
-        raise SweepError(f"--cpus-per-trial {cpus:g}: expected a number > 0")
     if "torch_threads" not in fixed and "torch_threads" not in space.grid and "torch_threads" not in space.random:
         fixed["torch_threads"] = max(1, int(cpus))  # the trial's share, not every core of its node
-    if args.max_concurrent is not None and args.max_concurrent < 1:
-        raise SweepError(f"--max-concurrent {args.max_concurrent}: expected an integer ≥ 1")
-    if args.max_retries < 0:
-        raise SweepError(f"--max-retries {args.max_retries}: expected an integer ≥ 0")
     if (refusal := ray_refusal("sweeps")) is not None:
         raise SweepError(refusal)
     return space, fixed, base, trials, cpus, address

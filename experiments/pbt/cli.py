@@ -38,7 +38,6 @@ from experiments.pbt.population import PrivateDashboard, run_segment
 from experiments.pbt.state import (
     MAX_CPUS,
     MAX_POPULATION,
-    MAX_RETRIES,
     STATE,
     Population,
     PopulationFileError,
@@ -92,8 +91,6 @@ def plan(args: argparse.Namespace) -> tuple[Population, str | None]:
     cpus = args.cpus_per_member if args.cpus_per_member is not None else (1 if base.backend == "serial" else base.n_workers + 1)
     if not 0 < cpus <= MAX_CPUS:
         raise PbtError(f"--cpus-per-member {cpus:g}: expected a number > 0 and ≤ {MAX_CPUS}")
-    if not 0 <= args.max_retries <= MAX_RETRIES:
-        raise PbtError(f"--max-retries {args.max_retries}: expected an integer from 0 to {MAX_RETRIES}")
     fixed = {"torch_threads": max(1, int(cpus)), **fixed, "data_dir": str(Path(base.data_dir).resolve())}
     fixed.pop("seed", None)
     folder = Path(fixed["data_dir"]) / base.name / f"pbt-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
