@@ -115,6 +115,7 @@ class Scheduled:
     ending: Ending
     ends: tuple[TaskEnd, ...]  # in the order the tasks ended
     refusal: str | None = None  # DATA_DIR_REFUSED: the node's line
+    refused: int | None = None  # DATA_DIR_REFUSED: the key of the task whose node gave it
 
 
 def remote_task(ray: Any, run: Callable[..., Any], num_cpus: float, max_retries: int) -> Any:
@@ -146,7 +147,7 @@ def run_tasks(connection: RayConnection, task: Any, calls: Sequence[tuple[int, t
             end, refusal = _end_of(ray, running.pop(done[0]), done[0])
             if refusal is not None:  # told in the ending, not to `on_end`
                 ends += [end, *_stop(connection, running)]
-                return Scheduled(Ending.DATA_DIR_REFUSED, tuple(ends), refusal)
+                return Scheduled(Ending.DATA_DIR_REFUSED, tuple(ends), refusal, end.key)
             if end.error is not None and connection.lost_now():  # its node went with the head: lost, not failed
                 return Scheduled(Ending.HEAD_LOST, tuple(ends))
             ends.append(end)

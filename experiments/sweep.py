@@ -75,9 +75,10 @@ def run_sweep(connection: RayConnection, rows: list[TrialRow], fixed: dict[str, 
     status.look(frozenset())  # the last block: every trial's end
     why_stopped = "stopped by a person"
     if scheduled.ending is Ending.DATA_DIR_REFUSED:  # the refused trial, and those stopped because of it
-        refused = next(end.key for end in scheduled.ends if end.error == scheduled.refusal and not end.stopped)
-        rows[refused].ended(None, scheduled.refusal, status="refused")
-        why_stopped = f"stopped: trial {rows[refused].trial}'s node cannot see --data-dir"
+        assert scheduled.refused is not None  # given with that ending
+        refused = rows[scheduled.refused]
+        refused.ended(None, scheduled.refusal, status="refused")
+        why_stopped = f"stopped: trial {refused.trial}'s node cannot see --data-dir"
     for end in scheduled.ends:
         if end.stopped:  # its run's summary (interrupted at a checkpoint); one stopped before its run began is named here
             rows[end.key].ended(end.summary, why_stopped if end.summary is None else None, status="stopped")
