@@ -84,9 +84,7 @@ def connection_for(address: str | None, cpus_per_task: float, env: dict[str, str
     if address is None:
         return RayConnection(None, max(os.cpu_count() or 1, math.ceil(cpus_per_task)), env)
     # The cluster's nodes need the same Python environment; this checkout's code travels with the
-    # job, so every task runs the driver's version of it. Ray's own default excludes (the first four
-    # of ours) come with a warning for each found in the folder; its public switch turns them off.
-    os.environ.setdefault("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES", "")
+    # job, so every task runs the driver's version of it (without what EXCLUDES names).
     return RayConnection(address, env=env, runtime_env={"working_dir": str(REPO), "excludes": EXCLUDES})
 
 

@@ -5,7 +5,8 @@
 
 It owns, in the order they are set up and undone in reverse:
 - `ray.init` (a private Ray: ray_setup/private.py; a cluster: ray_setup/joining.py) and, on exit,
-  `ray.shutdown` (a private Ray stops, a cluster is only left);
+  `ray.shutdown` (a private Ray stops, a cluster is only left); the variables it sets for them (the
+  tasks' environment; a job's own `excludes` in place of Ray's defaults) are put back;
 - the driver's SIGTERM handler: `ray.init` replaces it with one that aborts the process (exit -6,
   nothing stopped); the driver's own is put back at once;
 - on a cluster, the head's watch (ray_setup/head_watch.py): `head_lost` is a fact the driver reads
@@ -81,6 +82,7 @@ def stop_signals_held() -> Iterator[None]:
             signal.raise_signal(held[0])
 
 
+_OWN_EXCLUDES = "RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES"  # Ray's public switch for its default excludes
 _NODE_DEAD = re.compile(r"node id: ([0-9a-f]+) and address: (\S+?)(?: and|\s|$)")
 
 
@@ -127,6 +129,10 @@ class RayConnection:
         if (refusal := internals_refusal()) is not None:
             raise RuntimeError(refusal)
         runtime_env = {**self.runtime_env, "env_vars": {**self.runtime_env.get("env_vars", {}), **self.env}}
+        if "excludes" in runtime_env:  # the job's own list is the one: Ray's defaults (warned of one by one) off, while connected
+            saved = {_OWN_EXCLUDES: os.environ.get(_OWN_EXCLUDES)}
+            self._undo.append(lambda: restore_environ(saved))
+            os.environ.setdefault(_OWN_EXCLUDES, "")
         ray_log = DriverRayLog()
         ray_log.hold()
         self._undo.append(ray_log.stop)
