@@ -24,6 +24,7 @@ import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from ray_setup.errors import first_line
 from ray_setup.loopback import LOCAL_ONLY_VARIABLE, gcs_target, is_loopback
@@ -34,24 +35,37 @@ def _default_token() -> Path:
     return Path.home() / ".ray" / "auth_token"
 
 
-def _token_source() -> str | None:
-    """Where Ray would read this driver's token from, in Ray's order; None if it has none."""
+class TokenFile(NamedTuple):
+    where: str  # as a message names it
+    path: Path
+    named: bool  # by RAY_AUTH_TOKEN_PATH (else Ray's default, which may not exist)
+
+
+def _token_file() -> TokenFile | None:
+    """The file Ray would read this driver's token from, in Ray's order: none when the token is in
+    the environment (RAY_AUTH_TOKEN), else the one RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token."""
     if os.environ.get("RAY_AUTH_TOKEN"):
+        return None
+    if named := os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return TokenFile(f"RAY_AUTH_TOKEN_PATH={named}", Path(named), True)
+    return TokenFile(str(_default_token()), _default_token(), False)
+
+
+def _token_source() -> str | None:
+    """Where Ray would read this driver's token from; None if it has none."""
+    if (file := _token_file()) is None:
         return "RAY_AUTH_TOKEN"
-    if path := os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        return f"RAY_AUTH_TOKEN_PATH={path}"
-    return str(_default_token()) if _default_token().exists() else None
+    return file.where if file.named or file.path.exists() else None
 
 
 def token_refusal() -> str | None:
     """What is wrong with the token this driver would send, before Ray reads it: a token file named
     by RAY_AUTH_TOKEN_PATH (or the default ~/.ray/auth_token) that is missing, empty, or not a
     regular file (a folder; a FIFO, which would hang Ray's read), as one refusal's message."""
-    named = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if os.environ.get("RAY_AUTH_TOKEN") or (not named and not os.path.lexists(_default_token())):
+    file = _token_file()
+    if file is None or (not file.named and not os.path.lexists(file.path)):
         return None
-    where = f"RAY_AUTH_TOKEN_PATH={named}" if named else str(_default_token())
-    path = Path(named) if named else _default_token()
+    where, path = file.where, file.path
     expected = f"{where}: expected the cluster's token file (a regular file holding the token, mode 0600)"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens at once, and is refused below
@@ -127,9 +141,9 @@ def cluster_refusal(address: str, option: str = "--ray-address") -> str | None:
 def tighten_token_file() -> None:
     """The token file Ray will read for a cluster, made 0600 if it is this user's and others can
     read it. A file of another account's is left as it is: not ours to change."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
+    if (file := _token_file()) is None:
         return  # the token is in the environment, no file is read
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(_default_token())
+    path = file.path
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
