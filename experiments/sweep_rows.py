@@ -52,12 +52,11 @@ class TrialRow:
 
     def take_results(self, results: dict[str, Any]) -> None:
         """Each of RESULTS from `results` (a missing one: None)."""
-        (self.score, self.games, self.updates, self.env_steps, self.sps, self.host, self.node_id, self.node_name, self.run_dir,
-         self.error) = (results.get(name) for name in RESULTS)
+        for name in RESULTS:
+            setattr(self, name, results.get(name))
 
     def results(self) -> dict[str, Any]:
-        return dict(zip(RESULTS, (self.score, self.games, self.updates, self.env_steps, self.sps, self.host, self.node_id,
-                                  self.node_name, self.run_dir, self.error), strict=True))
+        return {name: getattr(self, name) for name in RESULTS}
 
     def result_line(self) -> str:
         score = "-" if self.score is None else f"{self.score:.1f}"

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ray_setup.installed import ray_node_id
+
 NAME_LABEL = "name"
 
 
@@ -41,8 +43,5 @@ def name_of(names: Mapping[str, str], node_id: str | None) -> str:
 def this_node_name() -> str | None:
     """The name of the node this process runs on (a sweep trial's, a member's), or None when it is
     connected to no Ray. Asked once: a process does not move."""
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return None
-    node = ray.get_runtime_context().get_node_id()
-    return name_of(node_names(ray), node)
+    node = ray_node_id()
+    return name_of(node_names(sys.modules["ray"]), node) if node is not None else None
