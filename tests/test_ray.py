@@ -8,6 +8,7 @@ start); the command-line tests start their own private instance and must leave n
 from __future__ import annotations
 
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -23,7 +24,7 @@ from configs.ppo import PPOConfig
 from experiments.breakout import main
 from game.atari import GameSpec
 from game.vector import PipePool, game_specs, make_pool
-from game.vector.protocol import WorkerDied, WorkerError
+from game.vector.protocol import WorkerDied, WorkerError, WorkerTimeout
 from ppo.seeding import derive_seeds
 from ppo.trainer import Trainer
 from ray_setup.installed import ray_installed
@@ -164,6 +165,24 @@ def test_close_kills_its_actors_but_not_a_ray_it_did_not_start(ray_instance) -> 
     assert ray_instance.is_initialized()
     with pytest.raises(RuntimeError, match="closed"):
         pool.step(np.zeros(2, np.int64))
+
+
+@requires_ray
+def test_actors_that_cannot_all_fit_time_out_with_the_cpus_asked_and_had(ray_instance) -> None:
+    """2 actors of 2 CPUs each on the instance's 2: the second never starts. The timeout says why in
+    the pool's own numbers, and the actor that did start is closed with the pool."""
+    from game.vector.ray_actors import RayPool
+
+    before = ray_instance.available_resources().get("CPU")
+    with pytest.raises(WorkerTimeout) as timeout:
+        RayPool([GameSpec(seed=1), GameSpec(seed=2)], cpus_per_worker=2.0, start_timeout_s=1.0)
+    # Which of the two gets the CPUs is Ray's choice.
+    assert re.fullmatch(r"worker [01] did not answer within 1 s: the pool asks Ray for 2 actors × 2 CPUs = 4 CPUs and "
+                        r"the cluster has 2; add nodes or lower --ray-cpus-per-worker", str(timeout.value)), timeout.value
+    deadline = time.monotonic() + 60
+    while ray_instance.available_resources().get("CPU") != before:  # the event: the started actor's CPUs are back
+        assert time.monotonic() < deadline, ray_instance.available_resources()
+        time.sleep(0.1)
 
 
 @requires_ray

@@ -82,18 +82,20 @@ class WorkerError(PoolError):
 
 
 class WorkerDied(PoolError):
-    """A worker process exited without answering (killed, crashed in C code, out of memory)."""
+    """A worker process exited without answering (killed, crashed in C code, out of memory);
+    `account`: how its transport tells it, where that says more than an exit code (a Ray actor's)."""
 
-    def __init__(self, worker: int, exitcode: int | None) -> None:
-        super().__init__(worker, f"worker {worker} died (exit code {exitcode}) without answering")
+    def __init__(self, worker: int, exitcode: int | None, account: str | None = None) -> None:
+        super().__init__(worker, account or f"worker {worker} died (exit code {exitcode}) without answering")
         self.exitcode = exitcode
 
 
 class WorkerTimeout(PoolError):
-    """A worker is alive but did not answer within the pool's timeout (hung)."""
+    """A worker is alive but did not answer within the pool's timeout (hung); `advice`: what the
+    transport knows of why (a Ray cluster with too few CPUs for its actors)."""
 
-    def __init__(self, worker: int, timeout_s: float) -> None:
-        super().__init__(worker, f"worker {worker} did not answer within {timeout_s:g} s")
+    def __init__(self, worker: int, timeout_s: float, advice: str | None = None) -> None:
+        super().__init__(worker, f"worker {worker} did not answer within {timeout_s:g} s" + (f": {advice}" if advice else ""))
         self.timeout_s = timeout_s
 
 

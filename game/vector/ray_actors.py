@@ -248,10 +248,9 @@ class RayPool(EnvPool):
         need = self.n_workers * self.cpus_per_worker
         if have >= need:
             return failure
-        error = WorkerTimeout(failure.worker, failure.timeout_s)
-        error.args = (f"{failure}: the pool asks Ray for {self.n_workers} actors × {self.cpus_per_worker:g} CPUs = "
-                      f"{need:g} CPUs and the cluster has {have:g}; add nodes or lower --ray-cpus-per-worker",)
-        return error
+        return WorkerTimeout(failure.worker, failure.timeout_s, f"the pool asks Ray for {self.n_workers} actors × "
+                             f"{self.cpus_per_worker:g} CPUs = {need:g} CPUs and the cluster has {have:g}; add nodes or lower "
+                             "--ray-cpus-per-worker")
 
     def _pool_error(self, worker: int, e: Exception) -> PoolError:
         """Ray's exception for a call to actor `worker`, as the pool's error for that worker."""
@@ -268,9 +267,7 @@ class RayPool(EnvPool):
             return WorkerTimeout(worker, self.timeout_s)
         if isinstance(e, rx.RayError):  # the actor, its worker process or its node is gone
             self._raise_if_lost(check_now=True)  # with the head: not a worker to replace
-            died = WorkerDied(worker, None)
-            died.args = (f"worker {worker} ({actor}) died without answering: {first_line(e)}",)
-            return died
+            return WorkerDied(worker, None, f"worker {worker} ({actor}) died without answering: {first_line(e)}")
         raise e
 
     def _describe(self, worker: int) -> str:
