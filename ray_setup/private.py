@@ -107,6 +107,7 @@ def stop_ray() -> None:
     if (replaced := _private.pop("replaced", None)) is not None:
         shutil.rmtree(_private["folder"] / "ray", ignore_errors=True)
         restore_environ(replaced)
+        logging.getLogger(TOKEN_NOTICE_LOGGER).removeFilter(_not_private_token_notice)  # a cluster's notice is its own
 
 
 def restore_environ(saved: dict[str, str | None]) -> None:
