@@ -154,19 +154,26 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     mark = DataDirMark(fixed["data_dir"])
     signals_stop_as_ctrl_c()  # SIGINT and SIGTERM; the connection keeps SIGTERM's through ray.init
     ending: Ending | None = None
+    refused = submitted = False
     try:
         with connection_for(address, cpus, mark.env) as connection:  # a private Ray stops at its end; a cluster is left
             if not connection.fits(cpus):
                 print(error_line(f"--cpus-per-trial {cpus:g}: expected at most the CPUs of one node of the cluster at {address}"),
                       file=sys.stderr)
-                return 2
-            with mark:  # written before any trial is submitted; removed at the end
-                ending = run_sweep(connection, rows, fixed, cpus, args.max_retries, args.max_concurrent, csv_path.stem,
-                                   frozenset(done))
-    except KeyboardInterrupt:  # while Ray started or was joined; one as it stopped leaves the sweep's ending as it was
-        if ending is None:
-            say("\nsweep stopped while Ray started: no trial was submitted, nothing was written")
-            return 130
+                refused = True
+            else:
+                with mark:  # written before any trial is submitted; removed at the end
+                    submitted = True
+                    ending = run_sweep(connection, rows, fixed, cpus, args.max_retries, args.max_concurrent, csv_path.stem,
+                                       frozenset(done))
+    except KeyboardInterrupt:  # while Ray started or was joined, while trials ran, or as the sweep ended
+        if submitted and ending is None:
+            ending = Ending.STOPPED  # what ended is in the rows: the CSV is written with it
+    if refused:
+        return 2
+    if ending is None:
+        say("\nsweep stopped while Ray started: no trial was submitted, nothing was written")
+        return 130
     return report(ending, sorted_rows(rows), names, csv_path, fixed.get("dashboard"),
                   go_on_command(prog, argv_of(argv), csv_path), address)
 

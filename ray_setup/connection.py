@@ -17,19 +17,18 @@ It owns, in the order they are set up and undone in reverse:
   on exit.
 
 Its exit runs whole: a Ctrl-C or SIGTERM that comes while Ray shuts down is held until Ray has
-stopped and everything above is put back, then taken as it would have been (`stop_signals_held`).
+stopped and everything above is put back, then taken as it would have been (`HeldStops`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ray_setup.driver_log import DriverRayLog
@@ -54,32 +53,37 @@ def connection_refusal(address: str | None, option: str = "--ray-address") -> st
     return internals_refusal()
 
 
-@contextlib.contextmanager
-def stop_signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held while the block runs, then handled once by the handlers that were in
-    place: a stop that comes while Ray shuts down is taken after it, not in the middle of it. A
-    second one meanwhile is a person insisting: KeyboardInterrupt at once. Main thread only (where
-    Python runs its handlers); a handler set outside Python (None) is left alone."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
+class HeldStops:
+    """SIGINT and SIGTERM held while a connection ends, then handled once, after it, by the handlers
+    that were in place (one ignored stays ignored): a stop that comes while Ray shuts down is taken
+    once Ray has stopped and everything is put back, not in the middle of it. While `insistent`, a
+    second stop is a person insisting: KeyboardInterrupt at once (it stands for both; none is
+    delivered after). Main thread only (where Python runs its handlers); a handler set outside
+    Python (None) is left alone."""
 
-    def hold(signum: int, frame: object) -> None:
-        if held:
+    def __init__(self) -> None:
+        self.insistent = True
+        self._held: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> HeldStops:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(signum) not in (None, signal.SIG_IGN):
+                    self._previous[signum] = signal.signal(signum, self._hold)
+        return self
+
+    def _hold(self, signum: int, frame: object) -> None:
+        if self._held is not None and self.insistent:
+            self._held = None
             raise KeyboardInterrupt(f"a second stop ({signal.Signals(signum).name}) while Ray shut down")
-        held.append(signum)
+        self._held = self._held or signum
 
-    previous = {signum: handler for signum in (signal.SIGINT, signal.SIGTERM) if (handler := signal.getsignal(signum)) is not None}
-    for signum in previous:
-        signal.signal(signum, hold)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        for signum, handler in self._previous.items():
             signal.signal(signum, handler)
-        if held:
-            signal.raise_signal(held[0])
+        if self._held is not None and exc_type is None:  # one raised meanwhile has said it all
+            signal.raise_signal(self._held)
 
 
 _OWN_EXCLUDES = "RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES"  # Ray's public switch for its default excludes
@@ -109,12 +113,16 @@ class RayConnection:
         try:
             self._connect()
         except BaseException:  # a Ctrl-C while it starts, too: nothing is left connected
+            self._put_back(own_sigterm)  # first: a stop held while it ends goes to the driver's handler, not Ray's
             self.__exit__()
             raise
-        finally:
-            if own_sigterm is not None:  # None: a handler not set from Python, nothing to put back
-                signal.signal(signal.SIGTERM, own_sigterm)
+        self._put_back(own_sigterm)
         return self
+
+    @staticmethod
+    def _put_back(own_sigterm: Any) -> None:
+        if own_sigterm is not None:  # None: a handler not set from Python, nothing to put back
+            signal.signal(signal.SIGTERM, own_sigterm)
 
     def _connect(self) -> None:
         if self.address is None:
@@ -148,7 +156,7 @@ class RayConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.ray = None
-        with stop_signals_held():  # a Ctrl-C now would cut Ray's shutdown short and leave its patches in place
+        with HeldStops() as stops:  # a Ctrl-C now would cut Ray's shutdown short and leave its patches in place
             try:
                 if self.watch is not None:
                     self.watch.stop()
@@ -156,6 +164,7 @@ class RayConnection:
                     self._started = False
                     stop_ray()  # before fd 2 is put back: what Ray's client says as it stops goes to its log too
             finally:
+                stops.insistent = False  # what is put back is put back whole, however often a person asks
                 while self._undo:
                     self._undo.pop()()
 

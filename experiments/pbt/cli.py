@@ -199,6 +199,8 @@ def run(population: Population, address: str | None) -> int:
     """Run (or go on with) the population; its exit code (see the module's doc)."""
     mark = DataDirMark(population.fixed["data_dir"])
     connection = connection_for(address, population.cpus_per_member, mark.env)
+    code: int | None = None
+    began = False  # _run: the population's folder made, its members about to run
     try:
         with contextlib.ExitStack() as on_cluster:
             # A cluster is joined before anything is written: one with no node that can take a member
@@ -206,20 +208,24 @@ def run(population: Population, address: str | None) -> int:
             if address is not None:
                 try:
                     on_cluster.enter_context(connection)
-                except KeyboardInterrupt:
-                    say("pbt stopped while joining the cluster: nothing was started or written")
-                    return 130
                 except ConnectionError as e:  # no cluster there, or one that refuses this driver (its auth token)
                     raise RuntimeError(f"--ray-address {address}: could not join a Ray cluster there "
                                        f"({first_line(e)}); no member ran") from None
                 if not connection.fits(population.cpus_per_member):
                     say(error_line(f"--cpus-per-member {population.cpus_per_member:g}: expected at most the CPUs of one "
                                    f"node of the cluster at {address}"))
-                    return 2
-            return _run(population, connection, mark)
+                    code = 2
+            if code is None:
+                began = True
+                code = _run(population, connection, mark)
+    except KeyboardInterrupt:  # while the cluster was joined, or as it was left (the population's ending stands)
+        if code is None:
+            say("pbt stopped before any member ran" if began else "pbt stopped while joining the cluster: nothing was started or written")
+            code = 130
     except (OSError, UnsafeRunFolder, RuntimeError) as e:  # before any member ran: its folder, its dashboard, Ray
         say(error_line(str(e)))
-        return 1
+        code = 1
+    return code
 
 
 def _run(population: Population, connection: RayConnection, mark: DataDirMark) -> int:
