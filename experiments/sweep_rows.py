@@ -52,8 +52,8 @@ class TrialRow:
 
     def take_results(self, results: dict[str, Any]) -> None:
         """Each of RESULTS from `results` (a missing one: None)."""
-        for name in RESULTS:
-            setattr(self, name, results.get(name))
+        (self.score, self.games, self.updates, self.env_steps, self.sps, self.host, self.node_id, self.node_name, self.run_dir,
+         self.error) = (results.get(name) for name in RESULTS)
 
     def results(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in RESULTS}
