@@ -174,9 +174,9 @@ def test_actors_that_cannot_all_fit_time_out_with_the_cpus_asked_and_had(ray_ins
     from game.vector.ray_actors import RayPool
 
     with pytest.raises(WorkerTimeout) as timeout:
-        RayPool([GameSpec(seed=1), GameSpec(seed=2)], cpus_per_worker=2.0, start_timeout_s=1.0)
+        RayPool([GameSpec(seed=1), GameSpec(seed=2)], cpus_per_worker=2.0, start_timeout_s=0.25)
     # Which of the two gets the CPUs is Ray's choice.
-    assert re.fullmatch(r"worker [01] did not answer within 1 s: the pool asks Ray for 2 actors × 2 CPUs = 4 CPUs and "
+    assert re.fullmatch(r"worker [01] did not answer within 0.25 s: the pool asks Ray for 2 actors × 2 CPUs = 4 CPUs and "
                         r"the cluster has 2; add nodes or lower --ray-cpus-per-worker", str(timeout.value)), timeout.value
     deadline = time.monotonic() + 60
     while ray_instance.available_resources().get("CPU") != 2:  # the event: the started actor's CPUs are back
