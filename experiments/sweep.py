@@ -186,21 +186,22 @@ def report(ending: Ending, rows: list[TrialRow], names: list[str], csv_path: Pat
     if ending is Ending.HEAD_LOST:  # those that did not complete go on with --resume
         for row in rows:
             row.status = row.status or "lost"
-    if ending is Ending.DONE:
-        say("\n" + table(rows, names))
     write_csv(csv_path, rows, names)
     if ending is Ending.DONE:
+        say("\n" + table(rows, names))
         print_comparison(dashboard, rows)
+        code = 0 if all(r.status == "completed" for r in rows) else 1
     elif ending is Ending.STOPPED:
         say("\nsweep interrupted: running trials were stopped (their last checkpoints are kept); go on with: " + escaped(go_on))
+        code = 130
     elif ending is Ending.DATA_DIR_REFUSED:  # the other trials were stopped at a checkpoint
         print(error_line(next(r.error for r in rows if r.status == "refused") or ""), file=sys.stderr, flush=True)
+        code = 2
     else:
         print(escaped(lost_line(str(address), rows, go_on)), file=sys.stderr, flush=True)
+        code = 1
     print(csv_path, flush=True)
-    if ending is Ending.DONE:
-        return 0 if all(r.status == "completed" for r in rows) else 1
-    return {Ending.STOPPED: 130, Ending.DATA_DIR_REFUSED: 2}.get(ending, 1)
+    return code
 
 
 __all__ = ["main"]
